@@ -1,0 +1,1 @@
+"""The Moldau broker: network, log, metadata and request handlers."""

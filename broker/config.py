@@ -1,0 +1,212 @@
+"""Broker settings: Kafka's `server.properties` names, types and defaults."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from moldau.broker.log.config import (
+    COMPRESSION_TYPES,
+    TIMESTAMP_TYPES,
+    LogConfig,
+    effective_log_config,
+)
+from moldau.config import (
+    INT_MAX,
+    LONG_MAX,
+    ConfigDef,
+    ConfigError,
+    ConfigKey,
+    ConfigType,
+    at_least,
+    between,
+    load_properties,
+    one_of,
+)
+
+T = ConfigType
+DEFAULT_LISTENERS = "PLAINTEXT://localhost:9092"
+DEFAULT_LOG_DIRS = "data/broker"
+
+BROKER_CONFIG = ConfigDef([
+    # Identity and roles.
+    ConfigKey("node.id", T.INT, 1, "This node's id", at_least(0)),
+    ConfigKey("process.roles", T.LIST, ["broker", "controller"], "broker, controller or both",
+              one_of("broker", "controller")),
+    ConfigKey("controller.quorum.voters", T.LIST, [], "Static voters, id@host:port"),
+    ConfigKey("controller.listener.names", T.LIST, ["CONTROLLER"], "Controller listener names"),
+    ConfigKey("broker.rack", T.STRING, None, "Rack of this broker"),
+    # Network.
+    ConfigKey("listeners", T.LIST, [DEFAULT_LISTENERS], "NAME://host:port to listen on"),
+    ConfigKey("advertised.listeners", T.LIST, None, "Listeners given to clients; "
+              "defaults to listeners"),
+    ConfigKey("listener.security.protocol.map", T.LIST,
+              ["PLAINTEXT:PLAINTEXT", "CONTROLLER:PLAINTEXT"], "Listener name to protocol"),
+    ConfigKey("inter.broker.listener.name", T.STRING, None, "Listener for broker traffic"),
+    ConfigKey("socket.request.max.bytes", T.INT, 104857600, "Largest request accepted",
+              at_least(1)),
+    ConfigKey("socket.send.buffer.bytes", T.INT, 102400, "SO_SNDBUF; -1 for the OS default"),
+    ConfigKey("socket.receive.buffer.bytes", T.INT, 102400, "SO_RCVBUF; -1 for the OS default"),
+    ConfigKey("queued.max.requests", T.INT, 500, "Requests queued before reading stops",
+              at_least(1)),
+    ConfigKey("max.connections.per.ip", T.INT, INT_MAX, "Connections allowed from one address",
+              at_least(0)),
+    ConfigKey("max.connections.per.ip.overrides", T.STRING, "", "host:count,..."),
+    ConfigKey("max.connections", T.INT, INT_MAX, "Connections allowed in all", at_least(0)),
+    ConfigKey("connections.max.idle.ms", T.LONG, 600000, "Idle connections are closed after "
+              "this"),
+    ConfigKey("num.network.threads", T.INT, 3, "Accepted for compatibility; one event loop",
+              at_least(1)),
+    ConfigKey("num.io.threads", T.INT, 8, "Threads for disk work", at_least(1)),
+    # Topics.
+    ConfigKey("num.partitions", T.INT, 1, "Partitions of auto-created topics", at_least(1)),
+    ConfigKey("default.replication.factor", T.INT, 1, "Replication of auto-created topics",
+              at_least(1)),
+    ConfigKey("auto.create.topics.enable", T.BOOLEAN, True, "Create topics on first use"),
+    ConfigKey("delete.topic.enable", T.BOOLEAN, True, "Allow topic deletion"),
+    ConfigKey("message.max.bytes", T.INT, 1048588, "Largest record batch", at_least(0)),
+    ConfigKey("compression.type", T.STRING, "producer", "Final compression of topics",
+              one_of(*COMPRESSION_TYPES)),
+    ConfigKey("min.insync.replicas", T.INT, 1, "Replicas for acks=all", at_least(1)),
+    ConfigKey("unclean.leader.election.enable", T.BOOLEAN, False, "Unclean leader election"),
+    # Log.
+    ConfigKey("log.dirs", T.LIST, None, "Directories of the log data"),
+    ConfigKey("log.dir", T.STRING, DEFAULT_LOG_DIRS, "Log directory, if log.dirs is unset"),
+    ConfigKey("log.segment.bytes", T.INT, 1073741824, "Segment size", at_least(14)),
+    ConfigKey("log.roll.ms", T.LONG, None, "Segment roll time; overrides log.roll.hours"),
+    ConfigKey("log.roll.hours", T.INT, 168, "Segment roll time", at_least(1)),
+    ConfigKey("log.roll.jitter.ms", T.LONG, None, "Roll jitter"),
+    ConfigKey("log.roll.jitter.hours", T.INT, 0, "Roll jitter", at_least(0)),
+    ConfigKey("log.retention.ms", T.LONG, None, "Retention; overrides minutes and hours"),
+    ConfigKey("log.retention.minutes", T.INT, None, "Retention; overrides hours"),
+    ConfigKey("log.retention.hours", T.INT, 168, "Retention time"),
+    ConfigKey("log.retention.bytes", T.LONG, -1, "Retention size per partition"),
+    ConfigKey("log.retention.check.interval.ms", T.LONG, 300000, "Retention check period",
+              at_least(1)),
+    ConfigKey("log.cleanup.policy", T.LIST, ["delete"], "delete and/or compact",
+              one_of("delete", "compact")),
+    ConfigKey("log.index.interval.bytes", T.INT, 4096, "Bytes between index entries",
+              at_least(0)),
+    ConfigKey("log.index.size.max.bytes", T.INT, 10485760, "Index size", at_least(4)),
+    ConfigKey("log.flush.interval.messages", T.LONG, LONG_MAX, "fsync after messages",
+              at_least(1)),
+    ConfigKey("log.flush.interval.ms", T.LONG, None, "fsync after ms"),
+    ConfigKey("log.flush.scheduler.interval.ms", T.LONG, LONG_MAX, "Flush check period"),
+    ConfigKey("log.preallocate", T.BOOLEAN, False, "Preallocate segments"),
+    ConfigKey("log.segment.delete.delay.ms", T.LONG, 60000, "Delay before file deletion",
+              at_least(0)),
+    ConfigKey("log.message.timestamp.type", T.STRING, "CreateTime", "Timestamp type",
+              one_of(*TIMESTAMP_TYPES)),
+    ConfigKey("log.message.timestamp.before.max.ms", T.LONG, LONG_MAX, "Past timestamp limit",
+              at_least(0)),
+    ConfigKey("log.message.timestamp.after.max.ms", T.LONG, 3600000, "Future timestamp limit",
+              at_least(0)),
+    ConfigKey("log.cleaner.delete.retention.ms", T.LONG, 86400000, "Tombstone retention"),
+    ConfigKey("log.cleaner.min.cleanable.ratio", T.DOUBLE, 0.5, "Dirty ratio",
+              between(0, 1)),
+    ConfigKey("log.cleaner.min.compaction.lag.ms", T.LONG, 0, "Compaction lag"),
+    ConfigKey("log.cleaner.max.compaction.lag.ms", T.LONG, LONG_MAX, "Compaction lag"),
+    ConfigKey("num.recovery.threads.per.data.dir", T.INT, 2, "Recovery threads", at_least(1)),
+    # Producer ids.
+    ConfigKey("producer.id.expiration.ms", T.INT, 86400000, "Idle producer state expiry",
+              at_least(1)),
+    ConfigKey("transactional.id.expiration.ms", T.INT, 604800000, "Transactional id expiry",
+              at_least(1)),
+])
+
+_LISTENER = re.compile(r"^(?P<name>[A-Za-z0-9_]+)://(?P<host>\[[^\]]*\]|[^:/]*):(?P<port>\d+)$")
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    listener: str
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.listener}://{self.host}:{self.port}"
+
+
+def parse_endpoints(setting: str, entries: list[str]) -> list[Endpoint]:
+    endpoints = []
+    for entry in entries:
+        match = _LISTENER.match(entry)
+        if not match or not 0 <= int(match["port"]) <= 65535:
+            raise ConfigError(f"Invalid value {entry} for configuration {setting}: "
+                              "expected NAME://host:port")
+        host = match["host"].strip("[]")
+        endpoints.append(Endpoint(match["name"].upper(), host, int(match["port"])))
+    names = [endpoint.listener for endpoint in endpoints]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"Invalid value for configuration {setting}: "
+                          "each listener name may appear once")
+    return endpoints
+
+
+class BrokerConfig:
+    """The broker's effective settings. `values` holds every key, typed."""
+
+    def __init__(self, raw: Mapping[str, Any]) -> None:
+        parsed = BROKER_CONFIG.parse(raw, what="broker configuration")
+        self.overrides = parsed
+        self.values = BROKER_CONFIG.with_defaults(parsed)
+        self._derive()
+
+    @classmethod
+    def load(cls, path: str | None, overrides: Mapping[str, str]) -> BrokerConfig:
+        raw: dict[str, Any] = load_properties(path) if path else {}
+        raw.update(overrides)
+        return cls(raw)
+
+    def _derive(self) -> None:
+        v = self.values
+        self.node_id: int = v["node.id"]
+        self.listeners = parse_endpoints("listeners", v["listeners"])
+        advertised = v["advertised.listeners"]
+        self.advertised_listeners = (parse_endpoints("advertised.listeners", advertised)
+                                     if advertised else self.listeners)
+        listener_names = {endpoint.listener for endpoint in self.listeners}
+        for endpoint in self.advertised_listeners:
+            if endpoint.listener not in listener_names:
+                raise ConfigError(f"Invalid value for configuration advertised.listeners: "
+                                  f"{endpoint.listener} is not in listeners")
+        self.log_dirs: list[str] = v["log.dirs"] or [v["log.dir"]]
+        if not self.log_dirs:
+            raise ConfigError("Invalid value for configuration log.dirs: no directory given")
+        # Kafka derives the *.ms forms from hours/minutes when they are not set.
+        if v["log.retention.ms"] is None:
+            minutes = v["log.retention.minutes"]
+            v["log.retention.ms"] = (minutes * 60000 if minutes is not None
+                                     else v["log.retention.hours"] * 3600000)
+        if v["log.roll.ms"] is None:
+            v["log.roll.ms"] = v["log.roll.hours"] * 3600000
+        if v["log.roll.jitter.ms"] is None:
+            v["log.roll.jitter.ms"] = v["log.roll.jitter.hours"] * 3600000
+        if v["log.flush.interval.ms"] is None:
+            v["log.flush.interval.ms"] = LONG_MAX
+        self.per_ip_overrides = self._parse_ip_overrides(v["max.connections.per.ip.overrides"])
+
+    @staticmethod
+    def _parse_ip_overrides(text: str) -> dict[str, int]:
+        overrides: dict[str, int] = {}
+        for item in filter(None, (part.strip() for part in text.split(","))):
+            host, _, count = item.rpartition(":")
+            if not host or not count.isdigit():
+                raise ConfigError(f"Invalid value {item} for configuration "
+                                  "max.connections.per.ip.overrides: expected host:count")
+            overrides[host] = int(count)
+        return overrides
+
+    def __getitem__(self, name: str) -> Any:
+        return self.values[name]
+
+    def log_config(self, topic_overrides: Mapping[str, Any]) -> LogConfig:
+        return effective_log_config(self.values, topic_overrides)
+
+    def advertised_for(self, listener: str) -> Endpoint:
+        for endpoint in self.advertised_listeners:
+            if endpoint.listener == listener:
+                return endpoint
+        return self.advertised_listeners[0]

@@ -1,0 +1,1 @@
+"""The segmented partition log on disk."""

@@ -1,0 +1,145 @@
+"""Per-topic log settings (Kafka's LogConfig): names, defaults and their broker-level synonyms."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from moldau.config import (
+    LONG_MAX,
+    ConfigDef,
+    ConfigKey,
+    ConfigType,
+    at_least,
+    between,
+    one_of,
+)
+
+COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+
+T = ConfigType
+
+# Topic config name -> (key definition, broker property that supplies its default).
+# The broker property's *value* is the default; the key's own default applies only when
+# the broker property is absent (e.g. derived hour/minute forms).
+_TOPIC_KEYS: list[tuple[ConfigKey, str | None]] = [
+    (ConfigKey("cleanup.policy", T.LIST, ["delete"], "delete and/or compact",
+               one_of("delete", "compact")), "log.cleanup.policy"),
+    (ConfigKey("compression.type", T.STRING, "producer", "Final compression of the topic",
+               one_of(*COMPRESSION_TYPES)), "compression.type"),
+    (ConfigKey("delete.retention.ms", T.LONG, 86400000, "Tombstone retention for compacted "
+               "topics", at_least(0)), "log.cleaner.delete.retention.ms"),
+    (ConfigKey("file.delete.delay.ms", T.LONG, 60000, "Delay before deleting a file",
+               at_least(0)), "log.segment.delete.delay.ms"),
+    (ConfigKey("flush.messages", T.LONG, LONG_MAX, "Force fsync after this many messages",
+               at_least(1)), "log.flush.interval.messages"),
+    (ConfigKey("flush.ms", T.LONG, LONG_MAX, "Force fsync after this much time",
+               at_least(0)), "log.flush.interval.ms"),
+    (ConfigKey("index.interval.bytes", T.INT, 4096, "Bytes between offset index entries",
+               at_least(0)), "log.index.interval.bytes"),
+    (ConfigKey("max.compaction.lag.ms", T.LONG, LONG_MAX, "Longest time a message stays "
+               "uncompacted", at_least(1)), "log.cleaner.max.compaction.lag.ms"),
+    (ConfigKey("max.message.bytes", T.INT, 1048588, "Largest record batch size allowed",
+               at_least(0)), "message.max.bytes"),
+    (ConfigKey("message.timestamp.after.max.ms", T.LONG, 3600000, "Largest allowed future "
+               "timestamp distance", at_least(0)), "log.message.timestamp.after.max.ms"),
+    (ConfigKey("message.timestamp.before.max.ms", T.LONG, LONG_MAX, "Largest allowed past "
+               "timestamp distance", at_least(0)), "log.message.timestamp.before.max.ms"),
+    (ConfigKey("message.timestamp.type", T.STRING, "CreateTime", "CreateTime or "
+               "LogAppendTime", one_of(*TIMESTAMP_TYPES)), "log.message.timestamp.type"),
+    (ConfigKey("min.cleanable.dirty.ratio", T.DOUBLE, 0.5, "Dirty ratio that triggers "
+               "cleaning", between(0, 1)), "log.cleaner.min.cleanable.ratio"),
+    (ConfigKey("min.compaction.lag.ms", T.LONG, 0, "Shortest time a message stays "
+               "uncompacted", at_least(0)), "log.cleaner.min.compaction.lag.ms"),
+    (ConfigKey("min.insync.replicas", T.INT, 1, "Replicas that must acknowledge acks=all",
+               at_least(1)), "min.insync.replicas"),
+    (ConfigKey("preallocate", T.BOOLEAN, False, "Preallocate segment files"),
+     "log.preallocate"),
+    (ConfigKey("retention.bytes", T.LONG, -1, "Largest partition size before old segments "
+               "are deleted; -1 for no limit"), "log.retention.bytes"),
+    (ConfigKey("retention.ms", T.LONG, 604800000, "Longest time a segment is kept; -1 for no "
+               "limit", at_least(-1)), "log.retention.ms"),
+    (ConfigKey("segment.bytes", T.INT, 1073741824, "Segment file size",
+               at_least(14)), "log.segment.bytes"),
+    (ConfigKey("segment.index.bytes", T.INT, 10485760, "Offset index size",
+               at_least(4)), "log.index.size.max.bytes"),
+    (ConfigKey("segment.jitter.ms", T.LONG, 0, "Random jitter on segment.ms",
+               at_least(0)), "log.roll.jitter.ms"),
+    (ConfigKey("segment.ms", T.LONG, 604800000, "Time after which a segment is rolled",
+               at_least(1)), "log.roll.ms"),
+    (ConfigKey("unclean.leader.election.enable", T.BOOLEAN, False, "Allow out-of-sync "
+               "replicas to become leader"), "unclean.leader.election.enable"),
+]
+
+TOPIC_CONFIG = ConfigDef(key for key, _ in _TOPIC_KEYS)
+BROKER_SYNONYM: dict[str, str | None] = {key.name: prop for key, prop in _TOPIC_KEYS}
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    """Typed, complete settings of one topic's log. Built from broker defaults + overrides."""
+
+    cleanup_policy: tuple[str, ...] = ("delete",)
+    compression_type: str = "producer"
+    delete_retention_ms: int = 86400000
+    file_delete_delay_ms: int = 60000
+    flush_messages: int = LONG_MAX
+    flush_ms: int = LONG_MAX
+    index_interval_bytes: int = 4096
+    max_compaction_lag_ms: int = LONG_MAX
+    max_message_bytes: int = 1048588
+    message_timestamp_after_max_ms: int = 3600000
+    message_timestamp_before_max_ms: int = LONG_MAX
+    message_timestamp_type: str = "CreateTime"
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    min_insync_replicas: int = 1
+    preallocate: bool = False
+    retention_bytes: int = -1
+    retention_ms: int = 604800000
+    segment_bytes: int = 1073741824
+    segment_index_bytes: int = 10485760
+    segment_jitter_ms: int = 0
+    segment_ms: int = 604800000
+    unclean_leader_election_enable: bool = False
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy
+
+    @property
+    def delete(self) -> bool:
+        return "delete" in self.cleanup_policy
+
+    @property
+    def log_append_time(self) -> bool:
+        return self.message_timestamp_type == "LogAppendTime"
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> LogConfig:
+        """Build from a complete mapping of topic config names to typed values."""
+        fields: dict[str, Any] = {}
+        for name, value in values.items():
+            attr = name.replace(".", "_")
+            fields[attr] = tuple(value) if isinstance(value, list) else value
+        return cls(**fields)
+
+
+def topic_defaults(broker_values: Mapping[str, Any]) -> dict[str, Any]:
+    """Topic-level defaults taken from the broker's effective settings."""
+    defaults: dict[str, Any] = {}
+    for name, key in TOPIC_CONFIG.keys.items():
+        prop = BROKER_SYNONYM[name]
+        value = broker_values.get(prop) if prop else None
+        defaults[name] = key.default if value is None else value
+    return defaults
+
+
+def effective_log_config(broker_values: Mapping[str, Any],
+                         overrides: Mapping[str, Any]) -> LogConfig:
+    values = topic_defaults(broker_values)
+    values.update(overrides)
+    return LogConfig.from_values(values)
+

@@ -1,0 +1,1 @@
+"""Moldau: a Kafka-compatible streaming platform."""

@@ -1,0 +1,179 @@
+"""Typed configuration definitions in Kafka's style: named keys, types, defaults, validators.
+
+Both the broker settings (`server.properties`) and per-topic settings are described with
+`ConfigKey`s; parsing turns strings from files, command lines or the wire into typed values
+and rejects unknown keys and bad values with a message that names the key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A setting is unknown or has an invalid value. The message names the setting."""
+
+
+class ConfigType(Enum):
+    # Values are the DescribeConfigs v3+ wire codes.
+    BOOLEAN = 1
+    STRING = 2
+    INT = 3
+    SHORT = 4
+    LONG = 5
+    DOUBLE = 6
+    LIST = 7
+    CLASS = 8
+    PASSWORD = 9
+
+
+INT_MAX = 2**31 - 1
+LONG_MAX = 2**63 - 1
+
+Validator = Callable[[str, Any], None]
+
+
+def at_least(minimum: float) -> Validator:
+    def check(name: str, value: Any) -> None:
+        if value is not None and value < minimum:
+            raise ConfigError(f"Invalid value {value} for configuration {name}: "
+                              f"Value must be at least {minimum}")
+    return check
+
+
+def between(low: float, high: float) -> Validator:
+    def check(name: str, value: Any) -> None:
+        if value is not None and not low <= value <= high:
+            raise ConfigError(f"Invalid value {value} for configuration {name}: "
+                              f"Value must be between {low} and {high}")
+    return check
+
+
+def one_of(*choices: str, case_sensitive: bool = True) -> Validator:
+    def check(name: str, value: Any) -> None:
+        values = value if isinstance(value, list) else [value]
+        for item in values:
+            probe = item if case_sensitive else str(item).lower()
+            allowed = choices if case_sensitive else [c.lower() for c in choices]
+            if probe not in allowed:
+                raise ConfigError(f"Invalid value {item} for configuration {name}: "
+                                  f"String must be one of: {', '.join(choices)}")
+    return check
+
+
+@dataclass(frozen=True)
+class ConfigKey:
+    name: str
+    type: ConfigType
+    default: Any
+    doc: str = ""
+    validator: Validator | None = None
+    sensitive: bool = False
+
+    def parse(self, raw: Any) -> Any:
+        """Turn a raw value (usually a string) into this key's type, then validate it."""
+        value = _coerce(self, raw)
+        if self.validator is not None:
+            self.validator(self.name, value)
+        return value
+
+    def render(self, value: Any) -> str | None:
+        """The string form Kafka shows in DescribeConfigs."""
+        if value is None:
+            return None
+        if self.type is ConfigType.LIST:
+            return ",".join(value)
+        if self.type is ConfigType.BOOLEAN:
+            return "true" if value else "false"
+        return str(value)
+
+
+def _coerce(key: ConfigKey, raw: Any) -> Any:
+    if raw is None:
+        return None
+    if not isinstance(raw, str):
+        if key.type is ConfigType.LIST and isinstance(raw, list | tuple):
+            return list(raw)
+        return raw
+    text = raw.strip()
+    kind = key.type
+    try:
+        if kind in (ConfigType.INT, ConfigType.SHORT, ConfigType.LONG):
+            value = int(text)
+            limit = {ConfigType.INT: INT_MAX, ConfigType.SHORT: 2**15 - 1}.get(kind, LONG_MAX)
+            if not -limit - 1 <= value <= limit:
+                raise ValueError(text)
+            return value
+        if kind is ConfigType.DOUBLE:
+            return float(text)
+        if kind is ConfigType.BOOLEAN:
+            if text.lower() not in ("true", "false"):
+                raise ValueError(text)
+            return text.lower() == "true"
+        if kind is ConfigType.LIST:
+            return [item.strip() for item in text.split(",") if item.strip()]
+    except ValueError:
+        raise ConfigError(f"Invalid value {raw} for configuration {key.name}: "
+                          f"Expected a value of type {kind.name.lower()}") from None
+    return text
+
+
+class ConfigDef:
+    """A set of keys; parses a mapping of raw values into a complete typed mapping."""
+
+    def __init__(self, keys: Iterable[ConfigKey]) -> None:
+        self.keys: dict[str, ConfigKey] = {key.name: key for key in keys}
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.keys
+
+    def __getitem__(self, name: str) -> ConfigKey:
+        return self.keys[name]
+
+    def parse(self, raw: Mapping[str, Any], *, what: str = "configuration") -> dict[str, Any]:
+        """Parse every given key; unknown keys are an error."""
+        unknown = sorted(set(raw) - set(self.keys))
+        if unknown:
+            raise ConfigError(f"Unknown {what} {unknown[0]!r}")
+        return {name: self.keys[name].parse(value) for name, value in raw.items()}
+
+    def with_defaults(self, parsed: Mapping[str, Any]) -> dict[str, Any]:
+        values = {name: key.default for name, key in self.keys.items()}
+        values.update(parsed)
+        return values
+
+
+def load_properties(path: str) -> dict[str, str]:
+    """Read a Java-style .properties file (key=value or key: value, # and ! comments)."""
+    values: dict[str, str] = {}
+    with open(path, encoding="utf-8") as handle:
+        pending = ""
+        for raw_line in handle:
+            line = raw_line.rstrip("\n")
+            if not pending and line.lstrip().startswith(("#", "!")):
+                continue
+            if line.endswith("\\") and not line.endswith("\\\\"):
+                pending += line[:-1].lstrip()
+                continue
+            line = (pending + line.lstrip()).strip()
+            pending = ""
+            if not line:
+                continue
+            key, value = _split_property(line)
+            values[key] = value
+    return values
+
+
+def _split_property(line: str) -> tuple[str, str]:
+    for index, char in enumerate(line):
+        if char in "=:":
+            return line[:index].strip(), line[index + 1:].strip()
+        if char.isspace():
+            rest = line[index:].lstrip()
+            if rest[:1] in ("=", ":"):
+                rest = rest[1:]
+            return line[:index].strip(), rest.strip()
+    return line, ""

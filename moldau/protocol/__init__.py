@@ -1,0 +1,1 @@
+"""Kafka wire protocol: framing, headers and the API version table."""

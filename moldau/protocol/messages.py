@@ -1,0 +1,162 @@
+"""Request/response headers and message bodies, decoded and encoded with kio's schemas.
+
+kio's classes are generated from Kafka's own JSON message schemas; its reader is native.
+Headers are parsed by hand because they are tiny and on every request's path.
+"""
+
+from __future__ import annotations
+
+import datetime
+import io
+import struct
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from kio.index import load_payload_module
+from kio.serial import entity_reader, entity_writer
+from kio.static.constants import EntityType
+
+ZERO_TIME = datetime.timedelta(0)
+_HEADER_FIXED = struct.Struct(">hhi")
+_INT32 = struct.Struct(">i")
+
+
+class MalformedRequest(ValueError):
+    """The bytes of a request cannot be decoded; the connection is closed."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    size: int  # bytes the header occupies in the frame
+
+
+@cache
+def _schema(api_key: int, version: int, kind: EntityType) -> Any:
+    module = load_payload_module(api_key, version, kind)
+    suffix = "Request" if kind is EntityType.request else "Response"
+    return next(value for name, value in vars(module).items()
+                if name.endswith(suffix) and getattr(value, "__type__", None) is kind)
+
+
+def request_class(api_key: int, version: int) -> Any:
+    return _schema(api_key, version, EntityType.request)
+
+
+def response_class(api_key: int, version: int) -> Any:
+    return _schema(api_key, version, EntityType.response)
+
+
+@cache
+def _reader(api_key: int, version: int) -> Any:
+    return entity_reader(request_class(api_key, version))
+
+
+@cache
+def _writer(cls: type) -> Any:
+    return entity_writer(cls)
+
+
+def is_flexible_request(api_key: int, version: int) -> bool:
+    return bool(request_class(api_key, version).__flexible__)
+
+
+def _skip_tagged_fields(frame: bytes | memoryview, pos: int) -> int:
+    count, pos = read_uvarint(frame, pos)
+    for _ in range(count):
+        _tag, pos = read_uvarint(frame, pos)
+        size, pos = read_uvarint(frame, pos)
+        pos += size
+    if pos > len(frame):
+        raise MalformedRequest("tagged fields run past the end of the frame")
+    return pos
+
+
+def read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(buf) or shift > 28:
+            raise MalformedRequest("bad unsigned varint")
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+
+
+def parse_header_prefix(frame: bytes | memoryview) -> tuple[int, int, int]:
+    """api_key, api_version, correlation_id: readable before knowing the API's versions."""
+    if len(frame) < _HEADER_FIXED.size:
+        raise MalformedRequest(f"frame of {len(frame)} bytes is too short for a header")
+    return _HEADER_FIXED.unpack_from(frame, 0)
+
+
+def parse_header(frame: bytes | memoryview, flexible: bool) -> RequestHeader:
+    """Request header v1 (classic) or v2 (flexible: adds tagged fields)."""
+    api_key, api_version, correlation_id = parse_header_prefix(frame)
+    pos = _HEADER_FIXED.size
+    if pos + 2 > len(frame):
+        raise MalformedRequest("frame ends inside the client id")
+    (length,) = struct.unpack_from(">h", frame, pos)
+    pos += 2
+    client_id = None
+    if length >= 0:
+        if pos + length > len(frame):
+            raise MalformedRequest("client id runs past the end of the frame")
+        client_id = bytes(frame[pos:pos + length]).decode("utf-8", "replace")
+        pos += length
+    if flexible:
+        pos = _skip_tagged_fields(frame, pos)
+    return RequestHeader(api_key, api_version, correlation_id, client_id, pos)
+
+
+def decode_request(api_key: int, version: int, frame: bytes | memoryview, offset: int) -> Any:
+    """Decode a request body with kio; any failure is a malformed request."""
+    try:
+        body, size = _reader(api_key, version)(frame, offset)
+    except Exception as exc:  # the native reader raises several types
+        raise MalformedRequest(f"cannot decode {api_key} v{version}: {exc}") from None
+    if offset + size != len(frame):
+        raise MalformedRequest(
+            f"{len(frame) - offset - size} trailing bytes after api {api_key} v{version}")
+    return body
+
+
+def encode_response(correlation_id: int, body: Any, *, header_v0: bool = False) -> bytes:
+    """Frame a response: size, header (v0, or v1 with tagged fields when flexible), body."""
+    buffer = io.BytesIO()
+    buffer.write(b"\0\0\0\0")
+    buffer.write(_INT32.pack(correlation_id))
+    if body.__flexible__ and not header_v0:
+        buffer.write(b"\0")
+    _writer(type(body))(buffer, body)
+    data = buffer.getbuffer()
+    _INT32.pack_into(data, 0, len(data) - 4)
+    del data
+    return buffer.getvalue()
+
+
+def encode_request(api_key: int, version: int, correlation_id: int, client_id: str | None,
+                   body: Any) -> bytes:
+    """Frame a request (used by tests and Moldau's own client)."""
+    flexible = body.__flexible__
+    buffer = io.BytesIO()
+    buffer.write(b"\0\0\0\0")
+    buffer.write(_HEADER_FIXED.pack(api_key, version, correlation_id))
+    if client_id is None:
+        buffer.write(b"\xff\xff")
+    else:
+        raw = client_id.encode()
+        buffer.write(struct.pack(">h", len(raw)) + raw)
+    if flexible:
+        buffer.write(b"\0")
+    _writer(type(body))(buffer, body)
+    data = buffer.getbuffer()
+    _INT32.pack_into(data, 0, len(data) - 4)
+    del data
+    return buffer.getvalue()
