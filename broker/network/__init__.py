@@ -1,0 +1,1 @@
+"""Asyncio socket server: connections, framing, back-pressure."""

@@ -1,0 +1,49 @@
+"""The bounded queue between connections and request handlers (Kafka's RequestChannel).
+
+A connection puts one request and waits for its response before reading the next one, so
+responses leave in request order. When `queued.max.requests` requests are waiting, `put`
+blocks and the connections stop reading from their sockets: back-pressure, never drops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from moldau.broker.network.response import Response
+from moldau.protocol.messages import RequestHeader
+
+if TYPE_CHECKING:
+    from moldau.broker.network.connection import Connection
+
+
+@dataclass(slots=True)
+class Request:
+    header: RequestHeader
+    body: Any
+    connection: Connection
+    received_at: float
+    response: asyncio.Future[Response | None] = field(repr=False)
+
+    @property
+    def client_address(self) -> str:
+        return self.connection.peer
+
+    @property
+    def listener(self) -> str:
+        return self.connection.listener
+
+
+class RequestChannel:
+    def __init__(self, max_queued: int) -> None:
+        self._queue: asyncio.Queue[Request] = asyncio.Queue(maxsize=max_queued)
+
+    async def put(self, request: Request) -> None:
+        await self._queue.put(request)
+
+    async def get(self) -> Request:
+        return await self._queue.get()
+
+    def qsize(self) -> int:
+        return self._queue.qsize()

@@ -1,0 +1,101 @@
+"""One client connection: read a frame, hand it on, wait for its response, write it.
+
+This is Kafka's mute-after-receive in asyncio form: one task per connection loops over
+read -> handle -> write, so at most one request per connection is inside the broker and
+responses leave in request order; pipelined requests wait in the socket buffer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+import time
+from collections.abc import Awaitable, Callable
+
+from moldau.broker.network.channel import Request, RequestChannel
+from moldau.broker.network.response import Response, send_response
+from moldau.protocol.messages import MalformedRequest, RequestHeader
+
+log = logging.getLogger("moldau.broker.network")
+
+_SIZE = struct.Struct(">i")
+
+# Turns a raw frame into a Request (decoded) or an immediate Response (e.g. ApiVersions
+# with an unsupported version). Raises MalformedRequest to close the connection.
+Decoder = Callable[[bytes, "Connection"], Request | Response | None]
+
+
+class CloseConnection(Exception):
+    """Raised by a handler when Kafka's semantics say to drop the connection."""
+
+
+class Connection:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *,
+                 listener: str, peer: str, channel: RequestChannel, decode: Decoder,
+                 ready: Callable[[], Awaitable[None]], max_request_bytes: int,
+                 idle_timeout_s: float) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.listener = listener
+        self.peer = peer
+        self.channel = channel
+        self.decode = decode
+        self.ready = ready
+        self.max_request_bytes = max_request_bytes
+        self.idle_timeout_s = idle_timeout_s
+        self.client_software: tuple[str, str] | None = None  # from ApiVersions (KIP-511)
+
+    async def serve(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                frame = await self._read_frame()
+                if frame is None:
+                    return
+                await self.ready()
+                decoded = self.decode(frame, self)
+                if isinstance(decoded, Request):
+                    await self.channel.put(decoded)
+                    response = await decoded.response
+                else:
+                    response = decoded
+                if response is not None:
+                    await send_response(loop, self.writer, response)
+        except (MalformedRequest, CloseConnection) as exc:
+            log.warning("Closing connection from %s: %s", self.peer, exc)
+        except TimeoutError:
+            log.info("Closing connection from %s idle longer than connections.max.idle.ms",
+                     self.peer)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            log.debug("Connection from %s closed by the client", self.peer)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("Closing connection from %s after an internal error", self.peer)
+        finally:
+            self.writer.close()
+
+    async def _read_frame(self) -> bytes | None:
+        try:
+            async with asyncio.timeout(self.idle_timeout_s):
+                prefix = await self.reader.readexactly(4)
+        except asyncio.IncompleteReadError as exc:
+            if exc.partial:
+                raise MalformedRequest("connection closed inside a size prefix") from None
+            return None
+        (size,) = _SIZE.unpack(prefix)
+        if size < 0 or size > self.max_request_bytes:
+            raise MalformedRequest(
+                f"request of {size} bytes is larger than socket.request.max.bytes "
+                f"({self.max_request_bytes}) or negative")
+        try:
+            return await self.reader.readexactly(size)
+        except asyncio.IncompleteReadError as exc:
+            raise MalformedRequest(
+                f"connection closed after {len(exc.partial)} of {size} request bytes") from None
+
+    def new_request(self, header: RequestHeader, body: object) -> Request:
+        return Request(header=header, body=body, connection=self,
+                       received_at=time.monotonic(),
+                       response=asyncio.get_running_loop().create_future())
