@@ -1,0 +1,1 @@
+"""Cluster metadata: the metadata log, its in-memory image and the controller."""

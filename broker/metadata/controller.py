@@ -1,0 +1,384 @@
+"""The controller: validates cluster changes and commits them as metadata records.
+
+Today the node is the single voter of its own quorum, so "commit" means appending to the
+local metadata log with fsync and applying to the image. Every change goes through `_commit`,
+the one place a replicated quorum will later plug in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from moldau.broker.log.config import TOPIC_CONFIG
+from moldau.broker.metadata.image import MetadataImage
+from moldau.broker.metadata.log import MetadataLog
+from moldau.broker.metadata.records import (
+    BROKER_RESOURCE,
+    TOPIC_RESOURCE,
+    ConfigRecord,
+    MetadataRecord,
+    PartitionRecord,
+    ProducerIdsRecord,
+    RegisterBrokerRecord,
+    RemoveTopicRecord,
+    TopicRecord,
+)
+from moldau.config import ConfigError, ConfigType
+from moldau.errors import ErrorCode, KafkaError
+
+log = logging.getLogger("moldau.broker.controller")
+
+MAX_TOPIC_NAME = 249
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+PRODUCER_ID_BLOCK = 1000
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+Publisher = Callable[[Sequence[MetadataRecord]], None]
+
+
+def validate_topic_name(name: str) -> None:
+    if not name:
+        raise KafkaError(ErrorCode.invalid_topic_exception, "Topic name is illegal, it can't "
+                         "be empty")
+    if name in (".", ".."):
+        raise KafkaError(ErrorCode.invalid_topic_exception,
+                         "Topic name cannot be \".\" or \"..\"")
+    if len(name) > MAX_TOPIC_NAME:
+        raise KafkaError(ErrorCode.invalid_topic_exception,
+                         f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME} "
+                         "characters")
+    if not _LEGAL_TOPIC.match(name):
+        raise KafkaError(ErrorCode.invalid_topic_exception,
+                         f"Topic name \"{name}\" is illegal, it contains a character other "
+                         "than ASCII alphanumerics, '.', '_' and '-'")
+
+
+@dataclass
+class NewTopic:
+    name: str
+    num_partitions: int = -1  # -1: the broker's num.partitions
+    replication_factor: int = -1  # -1: the broker's default.replication.factor
+    assignments: dict[int, list[int]] = field(default_factory=dict)
+    configs: dict[str, str | None] = field(default_factory=dict)
+
+
+@dataclass
+class CreatedTopic:
+    name: str
+    topic_id: uuid.UUID
+    num_partitions: int
+    replication_factor: int
+    configs: dict[str, str]
+
+
+@dataclass
+class ConfigChange:
+    """One alteration: op 0 set, 1 delete, 2 append, 3 subtract (IncrementalAlterConfigs)."""
+
+    name: str
+    value: str | None
+    op: int = 0
+
+
+class Controller:
+    def __init__(self, node_id: int, metadata_log: MetadataLog, image: MetadataImage, *,
+                 default_partitions: int, default_replication_factor: int,
+                 topic_deletion_enabled: bool = True) -> None:
+        self.node_id = node_id
+        self.log = metadata_log
+        self.image = image
+        self.default_partitions = default_partitions
+        self.default_replication_factor = default_replication_factor
+        self.topic_deletion_enabled = topic_deletion_enabled
+        self._lock = asyncio.Lock()
+        self._publishers: list[Publisher] = []
+
+    def subscribe(self, publisher: Publisher) -> None:
+        self._publishers.append(publisher)
+
+    def replay(self) -> int:
+        """Load the metadata log into the image at start-up; returns records replayed."""
+        entries = self.log.load()
+        for offset, record in entries:
+            self.image.apply(offset, record)
+        return len(entries)
+
+    async def _commit(self, records: Sequence[MetadataRecord]) -> None:
+        if not records:
+            return
+        last = await asyncio.to_thread(self.log.append, records)
+        first = last - len(records) + 1
+        for offset, record in enumerate(records, start=first):
+            self.image.apply(offset, record)
+        for publish in self._publishers:
+            publish(records)
+
+    # --- brokers -------------------------------------------------------------------------
+
+    async def register_broker(self, endpoints: Iterable[tuple[str, str, int]],
+                              rack: str | None) -> None:
+        async with self._lock:
+            record = RegisterBrokerRecord(self.node_id, uuid.uuid4(), tuple(endpoints), rack)
+            await self._commit([record])
+
+    def live_brokers(self) -> list[int]:
+        return sorted(self.image.brokers) or [self.node_id]
+
+    # --- topics --------------------------------------------------------------------------
+
+    def _check_configs(self, configs: Mapping[str, str | None]) -> dict[str, str]:
+        checked: dict[str, str] = {}
+        for name, value in configs.items():
+            if name not in TOPIC_CONFIG:
+                raise KafkaError(ErrorCode.invalid_config, f"Unknown topic config name: {name}")
+            if value is None:
+                raise KafkaError(ErrorCode.invalid_config, f"Null value not supported for "
+                                 f"topic configs: {name}")
+            try:
+                TOPIC_CONFIG[name].parse(value)
+            except ConfigError as exc:
+                raise KafkaError(ErrorCode.invalid_config, str(exc)) from None
+            checked[name] = value
+        return checked
+
+    def _plan_topic(self, topic: NewTopic) -> tuple[CreatedTopic, list[MetadataRecord]]:
+        validate_topic_name(topic.name)
+        if topic.name in self.image.topics:
+            raise KafkaError(ErrorCode.topic_already_exists,
+                             f"Topic '{topic.name}' already exists.")
+        collision = topic.name.replace(".", "_")
+        for existing in self.image.topics:
+            if existing.replace(".", "_") == collision:
+                raise KafkaError(ErrorCode.invalid_topic_exception,
+                                 f"Topic '{topic.name}' collides with existing topic: "
+                                 f"{existing}")
+        brokers = self.live_brokers()
+        if topic.assignments:
+            if topic.num_partitions != -1 or topic.replication_factor != -1:
+                raise KafkaError(ErrorCode.invalid_request, "Both numPartitions or "
+                                 "replicationFactor and replicasAssignments were set. Both "
+                                 "cannot be used at the same time.")
+            assignments = self._check_assignments(topic.assignments, brokers)
+        else:
+            partitions = (self.default_partitions if topic.num_partitions == -1
+                          else topic.num_partitions)
+            factor = (self.default_replication_factor if topic.replication_factor == -1
+                      else topic.replication_factor)
+            if partitions <= 0:
+                raise KafkaError(ErrorCode.invalid_partitions,
+                                 "Number of partitions was set to an invalid non-positive "
+                                 "value.")
+            if factor <= 0:
+                raise KafkaError(ErrorCode.invalid_replication_factor,
+                                 "Replication factor must be larger than 0.")
+            if factor > len(brokers):
+                raise KafkaError(ErrorCode.invalid_replication_factor,
+                                 f"Unable to replicate the partition {factor} time(s): The "
+                                 f"target replication factor of {factor} cannot be reached "
+                                 f"because only {len(brokers)} broker(s) are registered.")
+            assignments = self._place_replicas(partitions, factor, brokers)
+        configs = self._check_configs(topic.configs)
+        topic_id = uuid.uuid4()
+        records: list[MetadataRecord] = [TopicRecord(topic.name, topic_id)]
+        records += [ConfigRecord(TOPIC_RESOURCE, topic.name, name, value)
+                    for name, value in configs.items()]
+        records += [PartitionRecord(topic_id, index, tuple(replicas), tuple(replicas),
+                                    replicas[0])
+                    for index, replicas in sorted(assignments.items())]
+        created = CreatedTopic(topic.name, topic_id, len(assignments),
+                               len(next(iter(assignments.values()))), configs)
+        return created, records
+
+    @staticmethod
+    def _check_assignments(assignments: Mapping[int, list[int]],
+                           brokers: list[int]) -> dict[int, list[int]]:
+        if sorted(assignments) != list(range(len(assignments))):
+            raise KafkaError(ErrorCode.invalid_replica_assignment,
+                             "Partitions should be a consecutive 0-based integer sequence")
+        sizes = {len(replicas) for replicas in assignments.values()}
+        if len(sizes) != 1 or 0 in sizes:
+            raise KafkaError(ErrorCode.invalid_replica_assignment,
+                             "All partitions should have the same number of replicas")
+        for replicas in assignments.values():
+            if len(set(replicas)) != len(replicas):
+                raise KafkaError(ErrorCode.invalid_replica_assignment,
+                                 f"Duplicate brokers not allowed in replica assignment: "
+                                 f"{replicas}")
+            unknown = [broker for broker in replicas if broker not in brokers]
+            if unknown:
+                raise KafkaError(ErrorCode.invalid_replica_assignment,
+                                 f"Unknown broker(s) {unknown} in replica assignment")
+        return dict(assignments)
+
+    @staticmethod
+    def _place_replicas(partitions: int, factor: int, brokers: list[int],
+                        start_partition: int = 0) -> dict[int, list[int]]:
+        # Round-robin leaders, followers shifted by one: Kafka's layout without racks.
+        count = len(brokers)
+        return {start_partition + index: [brokers[(start_partition + index + shift) % count]
+                                          for shift in range(factor)]
+                for index in range(partitions)}
+
+    async def create_topics(self, topics: Sequence[NewTopic], *, validate_only: bool
+                            ) -> list[CreatedTopic | KafkaError]:
+        async with self._lock:
+            results: list[CreatedTopic | KafkaError] = []
+            records: list[MetadataRecord] = []
+            seen: set[str] = set()
+            for topic in topics:
+                if topic.name in seen:
+                    results.append(KafkaError(ErrorCode.invalid_request,
+                                              f"Duplicate topic name {topic.name}"))
+                    continue
+                seen.add(topic.name)
+                try:
+                    created, planned = self._plan_topic(topic)
+                except KafkaError as exc:
+                    results.append(exc)
+                    continue
+                results.append(created)
+                records += planned
+            if not validate_only:
+                await self._commit(records)
+                for result in results:
+                    if isinstance(result, CreatedTopic):
+                        log.info("Created topic %s with %d partition(s), id %s", result.name,
+                                 result.num_partitions, result.topic_id)
+            return results
+
+    async def delete_topics(self, names: Sequence[str]) -> list[KafkaError | uuid.UUID]:
+        async with self._lock:
+            results: list[KafkaError | uuid.UUID] = []
+            records: list[MetadataRecord] = []
+            for name in names:
+                topic = self.image.topics.get(name)
+                if not self.topic_deletion_enabled:
+                    results.append(KafkaError(ErrorCode.topic_deletion_disabled))
+                elif topic is None:
+                    results.append(KafkaError(ErrorCode.unknown_topic_or_partition,
+                                              "This server does not host this "
+                                              "topic-partition."))
+                elif name in INTERNAL_TOPICS:
+                    results.append(KafkaError(ErrorCode.topic_authorization_failed,
+                                              f"Internal topic {name} cannot be deleted"))
+                else:
+                    records.append(RemoveTopicRecord(topic.topic_id))
+                    results.append(topic.topic_id)
+            await self._commit(records)
+            for name, result in zip(names, results, strict=True):
+                if isinstance(result, uuid.UUID):
+                    log.info("Deleted topic %s", name)
+            return results
+
+    async def create_partitions(self, name: str, count: int,
+                                assignments: list[list[int]] | None, *, validate_only: bool
+                                ) -> None:
+        async with self._lock:
+            topic = self.image.topics.get(name)
+            if topic is None:
+                raise KafkaError(ErrorCode.unknown_topic_or_partition,
+                                 "This server does not host this topic-partition.")
+            current = len(topic.partitions)
+            if count < current:
+                raise KafkaError(ErrorCode.invalid_partitions,
+                                 f"Topic currently has {current} partitions, which is higher "
+                                 f"than the requested {count}.")
+            if count == current:
+                raise KafkaError(ErrorCode.invalid_partitions,
+                                 f"Topic already has {current} partitions.")
+            factor = len(topic.partitions[0].replicas)
+            brokers = self.live_brokers()
+            if assignments is not None:
+                if len(assignments) != count - current:
+                    raise KafkaError(ErrorCode.invalid_replica_assignment,
+                                     f"Increasing the number of partitions by "
+                                     f"{count - current} but {len(assignments)} assignments "
+                                     "provided.")
+                planned = self._check_assignments(
+                    {current + i: replicas for i, replicas in enumerate(assignments)} |
+                    {i: list(topic.partitions[i].replicas) for i in range(current)}, brokers)
+                planned = {i: planned[i] for i in range(current, count)}
+                if any(len(replicas) != factor for replicas in planned.values()):
+                    raise KafkaError(ErrorCode.invalid_replica_assignment,
+                                     "Inconsistent replication factor between partitions")
+            else:
+                planned = self._place_replicas(count - current, factor, brokers, current)
+            if validate_only:
+                return
+            await self._commit([
+                PartitionRecord(topic.topic_id, index, tuple(replicas), tuple(replicas),
+                                replicas[0])
+                for index, replicas in sorted(planned.items())])
+            log.info("Increased partitions of %s from %d to %d", name, current, count)
+
+    # --- configs -------------------------------------------------------------------------
+
+    async def alter_configs(self, resource_type: int, resource_name: str,
+                            changes: Sequence[ConfigChange], *, incremental: bool,
+                            validate_only: bool) -> None:
+        async with self._lock:
+            if resource_type == BROKER_RESOURCE:
+                raise KafkaError(ErrorCode.invalid_request,
+                                 "Dynamic broker configs are not supported; set them in "
+                                 "server.properties")
+            if resource_type != TOPIC_RESOURCE:
+                raise KafkaError(ErrorCode.invalid_request,
+                                 f"Unsupported resource type {resource_type}")
+            if resource_name not in self.image.topics:
+                raise KafkaError(ErrorCode.unknown_topic_or_partition,
+                                 f"Topic {resource_name} does not exist")
+            current = dict(self.image.topic_configs(resource_name))
+            target = dict(current) if incremental else {}
+            for change in changes:
+                self._apply_change(target, change, incremental)
+            self._check_configs(target)
+            records: list[MetadataRecord] = [
+                ConfigRecord(TOPIC_RESOURCE, resource_name, name, target.get(name))
+                for name in sorted(set(current) | set(target))
+                if current.get(name) != target.get(name)]
+            if not validate_only:
+                await self._commit(records)
+                if records:
+                    log.info("Altered configs of topic %s: %s", resource_name,
+                             {r.name: r.value for r in records if isinstance(r, ConfigRecord)})
+
+    @staticmethod
+    def _apply_change(target: dict[str, str], change: ConfigChange, incremental: bool) -> None:
+        if change.name not in TOPIC_CONFIG:
+            raise KafkaError(ErrorCode.invalid_config,
+                             f"Unknown topic config name: {change.name}")
+        if not incremental or change.op == 0:
+            if change.value is None:
+                raise KafkaError(ErrorCode.invalid_request,
+                                 f"Null value not supported for : {change.name}")
+            target[change.name] = change.value
+        elif change.op == 1:
+            target.pop(change.name, None)
+        elif change.op in (2, 3):
+            if TOPIC_CONFIG[change.name].type is not ConfigType.LIST:
+                raise KafkaError(ErrorCode.invalid_config,
+                                 f"Config value append is not allowed for config key: "
+                                 f"{change.name}")
+            items = [item for item in target.get(change.name, "").split(",") if item]
+            given = [item for item in (change.value or "").split(",") if item]
+            if change.op == 2:
+                items += [item for item in given if item not in items]
+            else:
+                items = [item for item in items if item not in given]
+            target[change.name] = ",".join(items)
+        else:
+            raise KafkaError(ErrorCode.invalid_request, f"Unknown operation {change.op}")
+
+    # --- producer ids --------------------------------------------------------------------
+
+    async def allocate_producer_ids(self, broker_id: int) -> tuple[int, int]:
+        """Hand out the next block of producer ids; durable before it is used."""
+        async with self._lock:
+            first = self.image.next_producer_id
+            await self._commit([ProducerIdsRecord(broker_id, first + PRODUCER_ID_BLOCK)])
+            return first, PRODUCER_ID_BLOCK
