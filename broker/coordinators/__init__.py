@@ -1,0 +1,1 @@
+"""Coordinators: producer ids now; groups and transactions build on this room."""

@@ -1,0 +1,49 @@
+"""DescribeCluster and DescribeLogDirs."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from typing import TYPE_CHECKING, Any
+
+from moldau.broker.handlers.metadata import brokers_for
+from moldau.broker.handlers.registry import Result, api, respond
+from moldau.broker.network.channel import Request
+from moldau.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from moldau.broker.server import Broker
+
+
+@api(60, "DescribeCluster", 0, 1)
+async def handle_describe_cluster(broker: Broker, request: Request) -> Result:
+    brokers = [{"broker_id": node["node_id"], "host": node["host"], "port": node["port"],
+                "rack": node["rack"]} for node in brokers_for(broker, request.listener)]
+    return respond(request, {"error_code": ErrorCode.none, "cluster_id": broker.cluster_id,
+                             "controller_id": broker.node_id, "brokers": brokers})
+
+
+@api(35, "DescribeLogDirs", 1, 4)
+async def handle_describe_log_dirs(broker: Broker, request: Request) -> Result:
+    wanted = request.body.topics
+    selected = None if wanted is None else {
+        (topic.topic, index) for topic in wanted for index in topic.partitions}
+
+    def describe() -> list[dict[str, Any]]:
+        results = []
+        for directory, partitions in broker.logs.describe_dirs():
+            topics: dict[str, list[dict[str, Any]]] = {}
+            for topic, index, size, lag in partitions:
+                if selected is None or (topic, index) in selected:
+                    topics.setdefault(topic, []).append({
+                        "partition_index": index, "partition_size": size,
+                        "offset_lag": lag, "is_future_key": False})
+            usage = shutil.disk_usage(directory)
+            results.append({"error_code": ErrorCode.none, "log_dir": directory,
+                            "topics": [{"name": name, "partitions": parts}
+                                       for name, parts in topics.items()],
+                            "total_bytes": usage.total, "usable_bytes": usage.free})
+        return results
+
+    results = await asyncio.to_thread(describe)
+    return respond(request, {"error_code": ErrorCode.none, "results": results})

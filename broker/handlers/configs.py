@@ -1,0 +1,129 @@
+"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics (and read-only
+broker configs), with Kafka's config sources and synonyms."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from moldau.broker.config import BROKER_CONFIG
+from moldau.broker.handlers.registry import Result, api, respond
+from moldau.broker.log.config import BROKER_SYNONYM, TOPIC_CONFIG
+from moldau.broker.metadata.controller import ConfigChange
+from moldau.broker.metadata.records import BROKER_RESOURCE, TOPIC_RESOURCE
+from moldau.broker.network.channel import Request
+from moldau.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from moldau.broker.server import Broker
+
+# DescribeConfigsResponse config sources.
+TOPIC_CONFIG_SOURCE = 1
+STATIC_BROKER_CONFIG = 4
+DEFAULT_CONFIG = 5
+
+
+def _broker_value(broker: Broker, prop: str) -> tuple[str | None, int]:
+    key = BROKER_CONFIG[prop]
+    source = STATIC_BROKER_CONFIG if prop in broker.config.overrides else DEFAULT_CONFIG
+    return key.render(broker.config[prop]), source
+
+
+def topic_config_entries(broker: Broker, topic: str, *, keys: Any = None,
+                         synonyms: bool = False, documentation: bool = False
+                         ) -> list[dict[str, Any]]:
+    overrides = broker.image.topic_configs(topic)
+    entries = []
+    for name, key in sorted(TOPIC_CONFIG.keys.items()):
+        if keys and name not in keys:
+            continue
+        chain = []  # most specific first, as Kafka lists synonyms
+        if name in overrides:
+            chain.append((name, overrides[name], TOPIC_CONFIG_SOURCE))
+        prop = BROKER_SYNONYM[name]
+        if prop is None:
+            chain.append((name, key.render(key.default), DEFAULT_CONFIG))
+        else:
+            # The broker's effective value: set in server.properties, or its own default.
+            chain.append((prop, *_broker_value(broker, prop)))
+        _, value, source = chain[0]
+        entries.append({
+            "name": name, "value": value, "read_only": False, "config_source": source,
+            "is_sensitive": key.sensitive, "config_type": key.type.value,
+            "documentation": key.doc if documentation else None,
+            "synonyms": [{"name": n, "value": v, "source": s} for n, v, s in chain]
+            if synonyms else [],
+        })
+    return entries
+
+
+def _broker_config_entries(broker: Broker, keys: Any, documentation: bool
+                           ) -> list[dict[str, Any]]:
+    entries = []
+    for name, key in sorted(BROKER_CONFIG.keys.items()):
+        if keys and name not in keys:
+            continue
+        value, source = _broker_value(broker, name)
+        entries.append({"name": name, "value": value, "read_only": True,
+                        "config_source": source, "is_sensitive": key.sensitive,
+                        "config_type": key.type.value, "synonyms": [],
+                        "documentation": key.doc if documentation else None})
+    return entries
+
+
+@api(32, "DescribeConfigs", 1, 4)
+async def handle_describe_configs(broker: Broker, request: Request) -> Result:
+    body = request.body
+    synonyms = bool(getattr(body, "include_synonyms", False))
+    documentation = bool(getattr(body, "include_documentation", False))
+    results = []
+    for resource in body.resources:
+        result: dict[str, Any] = {"resource_type": resource.resource_type,
+                                  "resource_name": resource.resource_name,
+                                  "error_code": ErrorCode.none, "configs": []}
+        keys = resource.configuration_keys
+        if resource.resource_type == TOPIC_RESOURCE:
+            if resource.resource_name in broker.image.topics:
+                result["configs"] = topic_config_entries(
+                    broker, resource.resource_name, keys=keys, synonyms=synonyms,
+                    documentation=documentation)
+            else:
+                result.update(error_code=ErrorCode.unknown_topic_or_partition,
+                              error_message=f"Topic {resource.resource_name} does not exist")
+        elif resource.resource_type == BROKER_RESOURCE and \
+                resource.resource_name in ("", str(broker.node_id)):
+            result["configs"] = _broker_config_entries(broker, keys, documentation)
+        else:
+            result.update(error_code=ErrorCode.invalid_request,
+                          error_message=f"Unsupported resource {resource.resource_type} "
+                                        f"{resource.resource_name!r}")
+        results.append(result)
+    return respond(request, {"results": results})
+
+
+async def _alter(broker: Broker, request: Request, incremental: bool) -> Result:
+    body = request.body
+    responses = []
+    for resource in body.resources:
+        changes = [ConfigChange(item.name, item.value,
+                                getattr(item, "config_operation", 0))
+                   for item in resource.configs]
+        response = {"resource_type": resource.resource_type,
+                    "resource_name": resource.resource_name, "error_code": ErrorCode.none}
+        try:
+            await broker.controller.alter_configs(
+                resource.resource_type, resource.resource_name, changes,
+                incremental=incremental, validate_only=body.validate_only)
+        except KafkaError as exc:
+            response.update(error_code=exc.code, error_message=exc.message)
+        responses.append(response)
+    return respond(request, {"responses": responses})
+
+
+@api(33, "AlterConfigs", 0, 2)
+async def handle_alter_configs(broker: Broker, request: Request) -> Result:
+    return await _alter(broker, request, incremental=False)
+
+
+@api(44, "IncrementalAlterConfigs", 0, 1)
+async def handle_incremental_alter_configs(broker: Broker, request: Request) -> Result:
+    return await _alter(broker, request, incremental=True)

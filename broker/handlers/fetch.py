@@ -1,0 +1,138 @@
+"""Fetch: read from the logs up to the high watermark; long-poll for min_bytes/max_wait.
+
+Fetch sessions (KIP-227) are declined the way Kafka does with no session slots: every
+response carries session id 0, so clients keep sending full fetch requests, and an
+incremental fetch for an unknown session gets FETCH_SESSION_ID_NOT_FOUND.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+from moldau.broker.handlers.fetch_response import PartitionData, TopicData, encode_fetch_response
+from moldau.broker.handlers.registry import Deferred, Result, api
+from moldau.broker.network.channel import Request
+from moldau.broker.network.response import Response
+from moldau.broker.replication.manager import Partition
+from moldau.errors import ErrorCode, KafkaError
+from moldau.protocol.build import millis
+
+if TYPE_CHECKING:
+    from moldau.broker.server import Broker
+
+READ_COMMITTED = 1
+UNKNOWN_TOPIC_ID = 100
+
+
+def check_leader_epoch(partition: Partition, requested: int) -> None:
+    """KIP-320: a client with a newer epoch is ahead of us, an older one is fenced."""
+    if requested < 0:
+        return
+    if requested > partition.leader_epoch:
+        raise KafkaError(ErrorCode.unknown_leader_epoch)
+    if requested < partition.leader_epoch:
+        raise KafkaError(ErrorCode.fenced_leader_epoch)
+
+
+class _FetchPlan:
+    def __init__(self, broker: Broker, request: Request) -> None:
+        self.broker = broker
+        self.request = request
+        body = request.body
+        self.version = request.header.api_version
+        self.min_bytes = body.min_bytes
+        self.max_bytes = body.max_bytes
+        self.read_committed = body.isolation_level == READ_COMMITTED
+        self.topics: list[tuple[str | None, Any, list[Any]]] = []
+        for topic in body.topics:
+            if self.version >= 13:
+                image = broker.image.topics_by_id.get(topic.topic_id)
+                self.topics.append((image.name if image else None, topic.topic_id,
+                                    list(topic.partitions)))
+            else:
+                image = broker.image.topics.get(topic.topic)
+                self.topics.append((topic.topic, image.topic_id if image else None,
+                                    list(topic.partitions)))
+
+    def keys(self) -> list[tuple[str, int]]:
+        return [(name, p.partition) for name, _, parts in self.topics if name for p in parts]
+
+    def read(self) -> tuple[list[TopicData], int, bool]:
+        """Read every partition; returns the data, bytes read and whether any failed."""
+        remaining = self.max_bytes
+        total = 0
+        failed = False
+        topics = []
+        for name, topic_id, partitions in self.topics:
+            data = TopicData(name or "", topic_id)
+            for wanted in partitions:
+                result = self._read_partition(name, wanted, remaining, total == 0)
+                failed |= result.error_code != 0
+                data.partitions.append(result)
+                size = result.size
+                remaining = max(remaining - size, 0)
+                total += size
+            topics.append(data)
+        return topics, total, failed
+
+    def _read_partition(self, name: str | None, wanted: Any, max_bytes: int,
+                        first: bool) -> PartitionData:
+        out = PartitionData(wanted.partition)
+        if name is None:
+            out.error_code = UNKNOWN_TOPIC_ID if self.version >= 13 else \
+                ErrorCode.unknown_topic_or_partition.value
+            return out
+        try:
+            partition = self.broker.replicas.leader(name, wanted.partition)
+            check_leader_epoch(partition, wanted.current_leader_epoch)
+            log = partition.log
+            high_watermark = log.high_watermark
+            result = log.read(wanted.fetch_offset, min(wanted.partition_max_bytes, max_bytes),
+                              max_offset=high_watermark, min_one_batch=first)
+            out.records = result.slices
+            out.high_watermark = result.high_watermark
+            out.last_stable_offset = result.high_watermark
+            out.log_start_offset = result.log_start_offset
+            if self.read_committed:
+                out.aborted = []
+        except KafkaError as exc:
+            out.error_code = exc.code.value
+            if exc.code is ErrorCode.offset_out_of_range:
+                log = self.broker.replicas.leader(name, wanted.partition).log
+                out.high_watermark = log.high_watermark
+                out.last_stable_offset = log.high_watermark
+                out.log_start_offset = log.log_start_offset
+        return out
+
+    def respond(self, topics: list[TopicData]) -> Response:
+        return encode_fetch_response(self.version, self.request.header.correlation_id, topics)
+
+
+@api(1, "Fetch", 4, 17)
+async def handle_fetch(broker: Broker, request: Request) -> Result:
+    body = request.body
+    if request.header.api_version >= 7 and body.session_id != 0:
+        return encode_fetch_response(request.header.api_version,
+                                     request.header.correlation_id, [],
+                                     error_code=ErrorCode.fetch_session_id_not_found.value)
+    plan = _FetchPlan(broker, request)
+    topics, total, failed = plan.read()
+    max_wait_s = millis(body.max_wait) / 1000
+    if total >= plan.min_bytes or failed or max_wait_s <= 0 or not plan.keys():
+        return plan.respond(topics)
+    return Deferred(_long_poll(broker, plan, max_wait_s))
+
+
+async def _long_poll(broker: Broker, plan: _FetchPlan, max_wait_s: float) -> Response:
+    deadline = time.monotonic() + max_wait_s
+    keys = plan.keys()
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining > 0:
+            await broker.replicas.wait_for_data(keys, remaining)
+        topics, total, failed = plan.read()
+        if total >= plan.min_bytes or failed or time.monotonic() >= deadline:
+            return plan.respond(topics)
+        await asyncio.sleep(0)

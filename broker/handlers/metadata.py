@@ -1,0 +1,113 @@
+"""Metadata: brokers, controller, topics and partitions, with auto-creation as Kafka does it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from moldau.broker.handlers.registry import Result, api, respond
+from moldau.broker.metadata.controller import INTERNAL_TOPICS, NewTopic, validate_topic_name
+from moldau.broker.metadata.image import TopicImage
+from moldau.broker.network.channel import Request
+from moldau.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from moldau.broker.server import Broker
+
+# Every operation on a topic is allowed: no authorizer is configured.
+TOPIC_OPERATIONS = sum(1 << bit for bit in (3, 4, 5, 6, 7, 8, 10, 11))
+UNKNOWN_TOPIC_ID = 100
+
+
+def brokers_for(broker: Broker, listener: str) -> list[dict[str, Any]]:
+    nodes = []
+    for record in sorted(broker.image.brokers.values(), key=lambda r: r.broker_id):
+        for name, host, port in record.endpoints:
+            if name == listener:
+                nodes.append({"node_id": record.broker_id, "host": host, "port": port,
+                              "rack": record.rack})
+    return nodes
+
+
+def describe_topic(topic: TopicImage, *, with_operations: bool) -> dict[str, Any]:
+    return {
+        "error_code": ErrorCode.none,
+        "name": topic.name,
+        "topic_id": topic.topic_id,
+        "is_internal": topic.name in INTERNAL_TOPICS,
+        "partitions": [{"error_code": ErrorCode.none, "partition_index": record.partition,
+                        "leader_id": record.leader, "leader_epoch": record.leader_epoch,
+                        "replica_nodes": list(record.replicas),
+                        "isr_nodes": list(record.isr), "offline_replicas": []}
+                       for record in sorted(topic.partitions.values(),
+                                            key=lambda r: r.partition)],
+        "topic_authorized_operations": TOPIC_OPERATIONS if with_operations else -2**31,
+    }
+
+
+def _error_topic(name: str | None, code: ErrorCode, topic_id: Any = None) -> dict[str, Any]:
+    return {"error_code": code, "name": name, "topic_id": topic_id, "partitions": []}
+
+
+async def _auto_create(broker: Broker, names: list[str]) -> dict[str, ErrorCode]:
+    """Create missing topics with the broker defaults; returns errors by name."""
+    errors: dict[str, ErrorCode] = {}
+    creatable = []
+    for name in names:
+        try:
+            validate_topic_name(name)
+        except KafkaError as exc:
+            errors[name] = exc.code
+            continue
+        if name in INTERNAL_TOPICS:
+            errors[name] = ErrorCode.unknown_topic_or_partition
+        else:
+            creatable.append(NewTopic(name))
+    results = await broker.controller.create_topics(creatable, validate_only=False)
+    for topic, result in zip(creatable, results, strict=True):
+        if isinstance(result, KafkaError) and result.code is not ErrorCode.topic_already_exists:
+            errors[topic.name] = result.code
+    return errors
+
+
+@api(3, "Metadata", 0, 12)
+async def handle_metadata(broker: Broker, request: Request) -> Result:
+    body = request.body
+    version = request.header.api_version
+    image = broker.image
+    with_ops = bool(getattr(body, "include_topic_authorized_operations", False))
+    wanted = body.topics
+    if wanted is None or (version == 0 and not wanted):
+        topics = [describe_topic(topic, with_operations=with_ops)
+                  for topic in image.topics.values()]
+    else:
+        allow_create = (getattr(body, "allow_auto_topic_creation", True)
+                        and broker.config["auto.create.topics.enable"])
+        names = [item.name for item in wanted if item.name is not None]
+        missing = [name for name in dict.fromkeys(names) if name not in image.topics]
+        errors: dict[str, ErrorCode] = {}
+        if missing and allow_create:
+            errors = await _auto_create(broker, missing)
+        topics = []
+        for item in wanted:
+            name = item.name
+            if name is None:
+                topic = image.topics_by_id.get(getattr(item, "topic_id", None))
+                topics.append(describe_topic(topic, with_operations=with_ops) if topic else
+                              _error_topic(None, ErrorCode(UNKNOWN_TOPIC_ID), item.topic_id))
+            elif name in image.topics and name not in errors:
+                topics.append(describe_topic(image.topics[name], with_operations=with_ops))
+            else:
+                code = errors.get(name, ErrorCode.unknown_topic_or_partition)
+                if code is ErrorCode.unknown_topic_or_partition:
+                    try:
+                        validate_topic_name(name)
+                    except KafkaError as exc:
+                        code = exc.code
+                topics.append(_error_topic(name, code))
+    return respond(request, {
+        "brokers": brokers_for(broker, request.listener),
+        "cluster_id": broker.cluster_id,
+        "controller_id": broker.node_id,
+        "topics": topics,
+        "cluster_authorized_operations": -2**31,
+    })

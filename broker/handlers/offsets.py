@@ -1,0 +1,79 @@
+"""ListOffsets (earliest, latest, by timestamp, max timestamp) and DeleteRecords."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from moldau.broker.handlers.fetch import check_leader_epoch
+from moldau.broker.handlers.registry import Result, api, respond
+from moldau.broker.network.channel import Request
+from moldau.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from moldau.broker.server import Broker
+
+LATEST = -1
+EARLIEST = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL = -4
+
+
+def _per_partition(request_topics: Any, index_field: str,
+                   answer: Callable[[str, Any], dict[str, Any]]) -> list[dict[str, Any]]:
+    """Answer each requested partition, turning KafkaErrors into its error code."""
+    topics = []
+    for topic in request_topics:
+        partitions = []
+        for wanted in topic.partitions:
+            index = getattr(wanted, index_field)
+            try:
+                partitions.append({"partition_index": index, **answer(topic.name, wanted)})
+            except KafkaError as exc:
+                partitions.append({"partition_index": index, "error_code": exc.code})
+        topics.append({"name": topic.name, "partitions": partitions})
+    return topics
+
+
+@api(2, "ListOffsets", 1, 10)
+async def handle_list_offsets(broker: Broker, request: Request) -> Result:
+    def answer(topic: str, wanted: Any) -> dict[str, Any]:
+        partition = broker.replicas.leader(topic, wanted.partition_index)
+        check_leader_epoch(partition, getattr(wanted, "current_leader_epoch", -1))
+        log = partition.log
+        target = wanted.timestamp
+        found: tuple[int, int] | None
+        if target == LATEST:
+            found = (log.high_watermark, -1)
+        elif target in (EARLIEST, EARLIEST_LOCAL):
+            found = (log.log_start_offset, -1)
+        elif target == MAX_TIMESTAMP:
+            found = log.offset_of_max_timestamp()
+        elif target >= 0:
+            found = log.offset_for_timestamp(target)
+            if found is not None and found[0] >= log.high_watermark:
+                found = None
+        else:
+            found = None
+        offset, timestamp = found if found is not None else (-1, -1)
+        return {"error_code": ErrorCode.none, "offset": offset, "timestamp": timestamp,
+                "leader_epoch": partition.leader_epoch if offset >= 0 else -1}
+
+    return respond(request, {"topics": _per_partition(request.body.topics, "partition_index",
+                                                      answer)})
+
+
+@api(21, "DeleteRecords", 0, 2)
+async def handle_delete_records(broker: Broker, request: Request) -> Result:
+    def answer(topic: str, wanted: Any) -> dict[str, Any]:
+        log = broker.replicas.leader(topic, wanted.partition_index).log
+        offset = log.high_watermark if wanted.offset == -1 else wanted.offset
+        if offset < 0:
+            raise KafkaError(ErrorCode.offset_out_of_range)
+        return {"error_code": ErrorCode.none, "low_watermark": log.delete_records(offset)}
+
+    # Deleting segments touches the disk: keep it off the event loop.
+    topics = await asyncio.to_thread(_per_partition, request.body.topics, "partition_index",
+                                     answer)
+    return respond(request, {"topics": topics})

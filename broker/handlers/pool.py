@@ -1,0 +1,75 @@
+"""Workers that take requests off the channel and run their handlers (Kafka's
+KafkaRequestHandlerPool). A handler that must wait returns a Deferred, which completes on its
+own so the worker moves on at once, as Kafka parks such requests in a purgatory."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from moldau.broker.handlers.registry import Deferred, Result
+from moldau.broker.network.channel import Request, RequestChannel
+from moldau.broker.network.connection import CloseConnection
+from moldau.broker.network.response import Response
+
+log = logging.getLogger("moldau.broker.handlers")
+
+
+class RequestHandlerPool:
+    def __init__(self, channel: RequestChannel, handle: Callable[[Request], Awaitable[Result]],
+                 workers: int) -> None:
+        self.channel = channel
+        self.handle = handle
+        self.workers = workers
+        self._tasks: list[asyncio.Task[None]] = []
+        self._deferred: set[asyncio.Task[Response | None]] = set()
+
+    def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._work(), name=f"request-handler-{index}")
+                       for index in range(self.workers)]
+
+    async def _work(self) -> None:
+        while True:
+            request = await self.channel.get()
+            try:
+                result = await self.handle(request)
+            except asyncio.CancelledError:
+                raise
+            except CloseConnection as exc:
+                _fail(request, exc)
+                continue
+            except Exception as exc:
+                log.exception("Error handling %s from %s", request.header, request.client_address)
+                _fail(request, exc)
+                continue
+            if isinstance(result, Deferred):
+                task = asyncio.ensure_future(result.wait)
+                self._deferred.add(task)
+                task.add_done_callback(lambda done, req=request: self._complete(req, done))
+            elif not request.response.done():
+                request.response.set_result(result)
+
+    def _complete(self, request: Request, task: asyncio.Task[Response | None]) -> None:
+        self._deferred.discard(task)
+        if request.response.done():
+            return
+        if task.cancelled():
+            request.response.cancel()
+        elif task.exception() is not None:
+            log.error("Error completing %s", request.header, exc_info=task.exception())
+            _fail(request, task.exception())
+        else:
+            request.response.set_result(task.result())
+
+    async def stop(self) -> None:
+        for task in [*self._tasks, *self._deferred]:
+            task.cancel()
+        await asyncio.gather(*self._tasks, *self._deferred, return_exceptions=True)
+
+
+def _fail(request: Request, exc: BaseException | None) -> None:
+    # The connection closes: Kafka would send a generic error response; closing tells the
+    # client the same thing and it reconnects and retries.
+    if not request.response.done():
+        request.response.set_exception(exc or RuntimeError("handler failed"))

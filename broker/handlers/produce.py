@@ -1,0 +1,91 @@
+"""Produce: validate batches, append them, answer with offsets (or nothing for acks=0)."""
+
+from __future__ import annotations
+
+import struct
+from typing import TYPE_CHECKING, Any
+
+from moldau.broker.handlers.registry import Result, api, respond
+from moldau.broker.network.channel import Request
+from moldau.broker.network.connection import CloseConnection
+from moldau.broker.network.response import Response
+from moldau.errors import ErrorCode
+from moldau.protocol.messages import MalformedRequest
+
+if TYPE_CHECKING:
+    from moldau.broker.server import Broker
+
+
+def decode_legacy_produce(version: int, frame: bytes, pos: int) -> list[tuple[str, list[int]]]:
+    """Produce v0-2 (message format v0/v1, removed in Kafka 4): only the topic-partitions
+    are read, to answer each with UNSUPPORTED_VERSION. Kafka 4 still advertises these
+    versions because some librdkafka releases need to see them."""
+    try:
+        pos += 6  # acks int16, timeout int32
+        (topic_count,) = struct.unpack_from(">i", frame, pos)
+        pos += 4
+        topics = []
+        for _ in range(topic_count):
+            (length,) = struct.unpack_from(">h", frame, pos)
+            name = frame[pos + 2:pos + 2 + length].decode()
+            pos += 2 + length
+            (partition_count,) = struct.unpack_from(">i", frame, pos)
+            pos += 4
+            partitions = []
+            for _ in range(partition_count):
+                index, size = struct.unpack_from(">ii", frame, pos)
+                partitions.append(index)
+                pos += 8 + max(size, 0)
+            topics.append((name, partitions))
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise MalformedRequest(f"malformed Produce v{version}: {exc}") from None
+    return topics
+
+
+def _legacy_response(request: Request, topics: list[tuple[str, list[int]]]) -> Response:
+    version = request.header.api_version
+    out = [struct.pack(">ii", request.header.correlation_id, len(topics))]
+    for name, partitions in topics:
+        raw = name.encode()
+        out.append(struct.pack(">h", len(raw)) + raw + struct.pack(">i", len(partitions)))
+        for index in partitions:
+            out.append(struct.pack(">ihq", index, ErrorCode.unsupported_version.value, -1))
+            if version >= 2:
+                out.append(struct.pack(">q", -1))
+    if version >= 1:
+        out.append(struct.pack(">i", 0))
+    return Response.framed(out)
+
+
+@api(0, "Produce", 3, 12, legacy_decoder=decode_legacy_produce, legacy_max_version=2)
+async def handle_produce(broker: Broker, request: Request) -> Result:
+    if request.header.api_version <= 2:
+        return _legacy_response(request, request.body)
+    body = request.body
+    acks = body.acks
+    entries = [(topic.name, partition.index, partition.records)
+               for topic in body.topic_data for partition in topic.partition_data]
+    if acks not in (-1, 0, 1):
+        results = None
+    else:
+        results = await broker.replicas.append(entries, acks=acks)
+    if acks == 0:
+        if results is None or any(r.error is not ErrorCode.none for r in results):
+            # The client expects no answer, so an error can only be signalled by closing.
+            raise CloseConnection("acks=0 produce failed")
+        return None
+    responses: dict[str, list[dict[str, Any]]] = {}
+    for position, (topic, index, _) in enumerate(entries):
+        partition: dict[str, Any] = {"index": index}
+        if results is None:
+            partition.update(error_code=ErrorCode.invalid_required_acks, base_offset=-1)
+        else:
+            result = results[position]
+            partition.update(error_code=result.error, base_offset=result.base_offset,
+                             log_append_time=result.log_append_time,
+                             log_start_offset=result.log_start_offset,
+                             error_message=result.message)
+        responses.setdefault(topic, []).append(partition)
+    return respond(request, {"responses": [
+        {"name": name, "partition_responses": partitions}
+        for name, partitions in responses.items()]})

@@ -1,0 +1,25 @@
+"""InitProducerId for idempotent producers (transactions come with the coordinator)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from moldau.broker.handlers.registry import Result, api, respond
+from moldau.broker.network.channel import Request
+from moldau.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from moldau.broker.server import Broker
+
+
+@api(22, "InitProducerId", 0, 5)
+async def handle_init_producer_id(broker: Broker, request: Request) -> Result:
+    body = request.body
+    if body.transactional_id is not None:
+        # No transaction coordinator yet: say so the way Kafka does when none is available.
+        return respond(request, {"error_code": ErrorCode.coordinator_not_available,
+                                 "producer_id": -1, "producer_epoch": -1})
+    # Without a transactional id, Kafka always hands out a fresh id at epoch 0.
+    producer_id = await broker.producer_ids.next_id()
+    return respond(request, {"error_code": ErrorCode.none, "producer_id": producer_id,
+                             "producer_epoch": 0})

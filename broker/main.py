@@ -1,0 +1,62 @@
+"""`moldau broker`: run one broker until SIGTERM or SIGINT."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+
+from moldau.broker.config import BrokerConfig
+from moldau.broker.server import Broker
+from moldau.config import ConfigError
+
+log = logging.getLogger("moldau.broker")
+
+
+def parse_overrides(items: list[str]) -> dict[str, str]:
+    overrides: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"Invalid override {item!r}: expected key=value")
+        overrides[key.strip()] = value
+    return overrides
+
+
+def run(config_path: str | None, override_items: list[str], log_level: str = "INFO") -> int:
+    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = BrokerConfig.load(config_path, parse_overrides(override_items))
+    except ConfigError as exc:
+        print(f"moldau broker: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"moldau broker: cannot read {config_path}: {exc.strerror}", file=sys.stderr)
+        return 2
+    return asyncio.run(_serve(config))
+
+
+async def _serve(config: BrokerConfig) -> int:
+    broker = Broker(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await broker.start()
+    except ConfigError as exc:
+        print(f"moldau broker: {exc}", file=sys.stderr)
+        await broker.stop()
+        return 2
+    except OSError as exc:
+        print(f"moldau broker: cannot start: {exc}", file=sys.stderr)
+        await broker.stop()
+        return 1
+    listeners = ",".join(str(endpoint) for endpoint in broker.network.bound)
+    print(f"moldau broker ready: node.id={broker.node_id} listeners={listeners} "
+          f"log.dirs={','.join(config.log_dirs)}", flush=True)
+    await stop.wait()
+    await broker.stop()
+    return 0

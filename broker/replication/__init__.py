@@ -1,0 +1,1 @@
+"""Partitions this broker hosts: leadership, appends, reads and the high watermark."""

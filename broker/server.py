@@ -1,0 +1,128 @@
+"""The broker process: wires network, handlers, log, metadata and controller together."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from moldau.broker import handlers as _handlers  # noqa: F401 - registers every API handler
+from moldau.broker.config import BrokerConfig, Endpoint
+from moldau.broker.coordinators.producer_ids import ProducerIdManager
+from moldau.broker.handlers.api_versions import unsupported_version_response
+from moldau.broker.handlers.pool import RequestHandlerPool
+from moldau.broker.handlers.registry import decode_frame, dispatch
+from moldau.broker.log.manager import LogManager
+from moldau.broker.metadata.controller import Controller
+from moldau.broker.metadata.image import MetadataImage
+from moldau.broker.metadata.log import MetadataLog
+from moldau.broker.network.channel import Request, RequestChannel
+from moldau.broker.network.connection import Connection
+from moldau.broker.network.server import SocketServer
+from moldau.broker.replication.manager import ReplicaManager
+from moldau.broker.storage import ensure_formatted
+
+log = logging.getLogger("moldau.broker")
+
+CHECKPOINT_INTERVAL_S = 60.0
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.node_id = config.node_id
+        self.cluster_id = ""
+        self.endpoints: list[Endpoint] = []
+        self._ready = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self.channel = RequestChannel(config["queued.max.requests"])
+        self.network = SocketServer(config, self.channel, self._decode, self._ready.wait)
+        self.handlers = RequestHandlerPool(self.channel, self._dispatch,
+                                           config["num.io.threads"])
+
+    def _decode(self, frame: bytes, connection: Connection) -> object:
+        return decode_frame(frame, connection, unsupported_version_response)
+
+    async def _dispatch(self, request: Request) -> object:
+        return await dispatch(self, request)
+
+    async def start(self) -> None:
+        started = time.monotonic()
+        # Accept early; requests wait until recovery and metadata loading are done.
+        bound = await self.network.start()
+        self.endpoints = [self._advertised(endpoint) for endpoint in bound]
+        self.cluster_id = await asyncio.to_thread(ensure_formatted, self.config.log_dirs,
+                                                  self.node_id)
+        self.image = MetadataImage()
+        self.metadata_log = MetadataLog(self.config.log_dirs[0])
+        self.controller = Controller(
+            self.node_id, self.metadata_log, self.image,
+            default_partitions=self.config["num.partitions"],
+            default_replication_factor=self.config["default.replication.factor"],
+            topic_deletion_enabled=self.config["delete.topic.enable"])
+        replayed = await asyncio.to_thread(self.controller.replay)
+        self.logs = LogManager(
+            self.config.log_dirs, default_config=self.config.log_config({}),
+            recovery_threads=self.config["num.recovery.threads.per.data.dir"],
+            producer_id_expiration_ms=self.config["producer.id.expiration.ms"],
+            retention_check_interval_ms=self.config["log.retention.check.interval.ms"])
+        await asyncio.to_thread(self.logs.load)
+        self.replicas = ReplicaManager(self.node_id, self.config, self.logs, self.image,
+                                       self.config["num.io.threads"])
+        await asyncio.to_thread(self.replicas.sync_with_image)
+        self.controller.subscribe(self.replicas.on_metadata)
+        await self.controller.register_broker(
+            [(e.listener, e.host, e.port) for e in self.endpoints], self.config["broker.rack"])
+        self.producer_ids = ProducerIdManager(self.controller, self.node_id)
+        self.handlers.start()
+        self._tasks = [asyncio.create_task(self._retention_loop(), name="retention"),
+                       asyncio.create_task(self._checkpoint_loop(), name="checkpoint")]
+        self._ready.set()
+        log.info("Started in %.0f ms: cluster %s, %d metadata records, %d partitions",
+                 (time.monotonic() - started) * 1000, self.cluster_id, replayed,
+                 len(self.replicas.partitions))
+
+    def _advertised(self, bound: Endpoint) -> Endpoint:
+        advertised = self.config.advertised_for(bound.listener)
+        if self.config["advertised.listeners"] is None:
+            # Advertise the port actually bound (matters when listeners say port 0).
+            return Endpoint(bound.listener, advertised.host or "localhost", bound.port)
+        return advertised
+
+    def endpoint_for(self, listener: str) -> Endpoint:
+        for endpoint in self.endpoints:
+            if endpoint.listener == listener:
+                return endpoint
+        return self.endpoints[0]
+
+    async def _retention_loop(self) -> None:
+        interval = self.config["log.retention.check.interval.ms"] / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await asyncio.to_thread(self.logs.run_retention, int(time.time() * 1000))
+            except Exception:
+                log.exception("Retention check failed")
+
+    async def _checkpoint_loop(self) -> None:
+        while True:
+            await asyncio.sleep(CHECKPOINT_INTERVAL_S)
+            try:
+                await asyncio.to_thread(self.logs.checkpoint)
+            except Exception:
+                log.exception("Writing checkpoints failed")
+
+    async def stop(self) -> None:
+        log.info("Shutting down")
+        await self.network.stop()
+        await self.handlers.stop()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if hasattr(self, "replicas"):
+            self.replicas.shutdown()
+        if hasattr(self, "logs"):
+            await asyncio.to_thread(self.logs.shutdown)
+        if hasattr(self, "metadata_log"):
+            self.metadata_log.close()
+        log.info("Shut down cleanly")
