@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint fmt clean
+.PHONY: install tools run test lint fmt clean
 
 install: $(STAMP)
 
@@ -14,12 +14,18 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
+## System tools the end-to-end tests drive: kcat (Debian package).
+tools:
+	@command -v kcat >/dev/null 2>&1 || { \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq kcat; }
+
 ## Start one broker on localhost:9092, data under ./data/broker (see README.md).
 run: install
 	$(BIN)/moldau broker
 
 ## Run the whole test suite (unit tests and real-client end-to-end tests).
-test: install
+test: install tools
 	$(BIN)/ruff check .
 	$(BIN)/pytest
 

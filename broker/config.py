@@ -145,6 +145,17 @@ def parse_endpoints(setting: str, entries: list[str]) -> list[Endpoint]:
     return endpoints
 
 
+def parse_overrides(items: list[str]) -> dict[str, str]:
+    """`--override key=value` arguments as a mapping."""
+    overrides: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"Invalid override {item!r}: expected key=value")
+        overrides[key.strip()] = value
+    return overrides
+
+
 class BrokerConfig:
     """The broker's effective settings. `values` holds every key, typed."""
 

@@ -7,21 +7,11 @@ import logging
 import signal
 import sys
 
-from moldau.broker.config import BrokerConfig
+from moldau.broker.config import BrokerConfig, parse_overrides
 from moldau.broker.server import Broker
 from moldau.config import ConfigError
 
 log = logging.getLogger("moldau.broker")
-
-
-def parse_overrides(items: list[str]) -> dict[str, str]:
-    overrides: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"Invalid override {item!r}: expected key=value")
-        overrides[key.strip()] = value
-    return overrides
 
 
 def run(config_path: str | None, override_items: list[str], log_level: str = "INFO") -> int:

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import time
 
-from moldau.broker import handlers as _handlers  # noqa: F401 - registers every API handler
+from moldau.broker.handlers import apis as _apis  # noqa: F401 - registers every handler
 from moldau.broker.config import BrokerConfig, Endpoint
 from moldau.broker.coordinators.producer_ids import ProducerIdManager
 from moldau.broker.handlers.api_versions import unsupported_version_response

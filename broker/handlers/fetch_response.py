@@ -15,7 +15,8 @@ from moldau.broker.network.response import Chunk, FileSlice, Response
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_PARTITION_FIXED = struct.Struct(">ihqqq")  # index, error, high watermark, LSO, log start
+_PARTITION_FIXED = struct.Struct(">ihqq")  # index, error, high watermark, last stable offset
+_I64 = struct.Struct(">q")
 
 
 @dataclass
@@ -95,7 +96,9 @@ def encode_fetch_response(version: int, correlation_id: int, topics: Sequence[To
         for partition in topic.partitions:
             out.buf += _PARTITION_FIXED.pack(
                 partition.index, partition.error_code, partition.high_watermark,
-                partition.last_stable_offset, partition.log_start_offset)
+                partition.last_stable_offset)
+            if version >= 5:
+                out.buf += _I64.pack(partition.log_start_offset)
             if partition.aborted is None:
                 out.buf += b"\0" if flexible else _I32.pack(-1)
             else:

@@ -1,0 +1,13 @@
+"""Every API handler, imported so that each registers itself in the API table."""
+
+from moldau.broker.handlers import (  # noqa: F401
+    api_versions,
+    cluster,
+    configs,
+    fetch,
+    metadata,
+    offsets,
+    produce,
+    producer_ids,
+    topics,
+)
