@@ -183,6 +183,7 @@ class BrokerConfig:
             if endpoint.listener not in listener_names:
                 raise ConfigError(f"Invalid value for configuration advertised.listeners: "
                                   f"{endpoint.listener} is not in listeners")
+        self._check_supported()
         self.log_dirs: list[str] = v["log.dirs"] or [v["log.dir"]]
         if not self.log_dirs:
             raise ConfigError("Invalid value for configuration log.dirs: no directory given")
@@ -198,6 +199,27 @@ class BrokerConfig:
         if v["log.flush.interval.ms"] is None:
             v["log.flush.interval.ms"] = LONG_MAX
         self.per_ip_overrides = self._parse_ip_overrides(v["max.connections.per.ip.overrides"])
+
+    def _check_supported(self) -> None:
+        """Reject Kafka settings whose other values Moldau does not implement yet, rather
+        than accept them and behave differently."""
+        v = self.values
+        if set(v["process.roles"]) != {"broker", "controller"}:
+            raise ConfigError(f"Invalid value {','.join(v['process.roles'])} for configuration "
+                              "process.roles: only combined broker,controller nodes are "
+                              "supported so far")
+        voters = v["controller.quorum.voters"]
+        if voters and (len(voters) != 1 or not voters[0].startswith(f"{self.node_id}@")):
+            raise ConfigError(f"Invalid value {','.join(voters)} for configuration "
+                              "controller.quorum.voters: only a single voter, this node, is "
+                              "supported so far")
+        protocols = dict(item.partition(":")[::2] for item in
+                         v["listener.security.protocol.map"])
+        for endpoint in self.listeners:
+            protocol = protocols.get(endpoint.listener, endpoint.listener)
+            if protocol != "PLAINTEXT":
+                raise ConfigError(f"Invalid value {endpoint} for configuration listeners: "
+                                  f"security protocol {protocol} is not supported yet")
 
     @staticmethod
     def _parse_ip_overrides(text: str) -> dict[str, int]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import time
 
 from moldau.broker.handlers import apis as _apis  # noqa: F401 - registers every handler
@@ -85,8 +86,12 @@ class Broker:
     def _advertised(self, bound: Endpoint) -> Endpoint:
         advertised = self.config.advertised_for(bound.listener)
         if self.config["advertised.listeners"] is None:
-            # Advertise the port actually bound (matters when listeners say port 0).
-            return Endpoint(bound.listener, advertised.host or "localhost", bound.port)
+            # Advertise the port actually bound (matters when listeners say port 0), and a
+            # reachable name when the listener binds every interface, as Kafka does.
+            host = advertised.host
+            if host in ("", "0.0.0.0", "::"):
+                host = socket.getfqdn()
+            return Endpoint(bound.listener, host, bound.port)
         return advertised
 
     def endpoint_for(self, listener: str) -> Endpoint:

@@ -45,6 +45,9 @@ def test_retention_ms_wins_over_hours():
     ({"listeners": "localhost:9092"}, "listeners"),
     ({"compression.type": "brotli"}, "compression.type"),
     ({"advertised.listeners": "OTHER://h:1"}, "advertised.listeners"),
+    ({"process.roles": "broker"}, "process.roles"),
+    ({"controller.quorum.voters": "1@a:1,2@b:2"}, "controller.quorum.voters"),
+    ({"listeners": "SSL://h:1"}, "listeners"),
 ])
 def test_bad_settings_name_the_key(raw, named):
     with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
@@ -63,3 +66,15 @@ def test_parse_overrides():
     assert parse_overrides(["a=1", "b=x=y"]) == {"a": "1", "b": "x=y"}
     with pytest.raises(ConfigError, match="key=value"):
         parse_overrides(["novalue"])
+
+
+def test_configuration_doc_lists_every_setting():
+    from pathlib import Path
+
+    from moldau.broker.config import BROKER_CONFIG
+    from moldau.broker.log.config import TOPIC_CONFIG
+
+    doc = (Path(__file__).parent.parent / "docs" / "configuration.md").read_text()
+    missing = [name for name in [*BROKER_CONFIG.keys, *TOPIC_CONFIG.keys]
+               if f"`{name}`" not in doc]
+    assert missing == []

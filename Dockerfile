@@ -1,0 +1,16 @@
+# The Moldau broker image. Build: docker build -t moldau .
+FROM python:3.11-slim
+
+WORKDIR /opt/moldau
+COPY pyproject.toml README.md ./
+COPY moldau ./moldau
+COPY broker ./broker
+RUN pip install --no-cache-dir . && useradd --system --uid 1001 moldau \
+    && mkdir -p /var/lib/moldau && chown moldau /var/lib/moldau
+
+USER moldau
+EXPOSE 9092
+VOLUME ["/var/lib/moldau"]
+# Listen on every interface; set advertised.listeners to the address clients reach.
+ENTRYPOINT ["moldau", "broker", "--override", "listeners=PLAINTEXT://0.0.0.0:9092", \
+            "--override", "log.dirs=/var/lib/moldau"]
