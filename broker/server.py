@@ -7,16 +7,16 @@ import logging
 import socket
 import time
 
-from moldau.broker.handlers import apis as _apis  # noqa: F401 - registers every handler
 from moldau.broker.config import BrokerConfig, Endpoint
 from moldau.broker.coordinators.producer_ids import ProducerIdManager
+from moldau.broker.handlers import apis as _apis  # noqa: F401 - registers every handler
 from moldau.broker.handlers.api_versions import unsupported_version_response
 from moldau.broker.handlers.pool import RequestHandlerPool
 from moldau.broker.handlers.registry import decode_frame, dispatch
 from moldau.broker.log.manager import LogManager
 from moldau.broker.metadata.controller import Controller
 from moldau.broker.metadata.image import MetadataImage
-from moldau.broker.metadata.log import MetadataLog
+from moldau.broker.metadata.log import METADATA_DIR, MetadataLog
 from moldau.broker.network.channel import Request, RequestChannel
 from moldau.broker.network.connection import Connection
 from moldau.broker.network.server import SocketServer
@@ -25,7 +25,7 @@ from moldau.broker.storage import ensure_formatted
 
 log = logging.getLogger("moldau.broker")
 
-CHECKPOINT_INTERVAL_S = 60.0
+MAINTENANCE_INTERVAL_S = 1.0
 
 
 class Broker:
@@ -66,18 +66,19 @@ class Broker:
             self.config.log_dirs, default_config=self.config.log_config({}),
             recovery_threads=self.config["num.recovery.threads.per.data.dir"],
             producer_id_expiration_ms=self.config["producer.id.expiration.ms"],
-            retention_check_interval_ms=self.config["log.retention.check.interval.ms"])
-        await asyncio.to_thread(self.logs.load)
+            retention_check_interval_ms=self.config["log.retention.check.interval.ms"],
+            reserved_dirs=frozenset({METADATA_DIR}))
         self.replicas = ReplicaManager(self.node_id, self.config, self.logs, self.image,
                                        self.config["num.io.threads"])
+        await asyncio.to_thread(self.logs.load, {
+            name: self.replicas.log_config_for(name) for name in self.image.topics})
         await asyncio.to_thread(self.replicas.sync_with_image)
         self.controller.subscribe(self.replicas.on_metadata)
         await self.controller.register_broker(
             [(e.listener, e.host, e.port) for e in self.endpoints], self.config["broker.rack"])
         self.producer_ids = ProducerIdManager(self.controller, self.node_id)
         self.handlers.start()
-        self._tasks = [asyncio.create_task(self._retention_loop(), name="retention"),
-                       asyncio.create_task(self._checkpoint_loop(), name="checkpoint")]
+        self._tasks = [asyncio.create_task(self._maintenance_loop(), name="log-maintenance")]
         self._ready.set()
         log.info("Started in %.0f ms: cluster %s, %d metadata records, %d partitions",
                  (time.monotonic() - started) * 1000, self.cluster_id, replayed,
@@ -100,22 +101,14 @@ class Broker:
                 return endpoint
         return self.endpoints[0]
 
-    async def _retention_loop(self) -> None:
-        interval = self.config["log.retention.check.interval.ms"] / 1000
+    async def _maintenance_loop(self) -> None:
+        """Retention, time-based flushes and checkpoints, each when due (LogManager.tick)."""
         while True:
-            await asyncio.sleep(interval)
+            await asyncio.sleep(MAINTENANCE_INTERVAL_S)
             try:
-                await asyncio.to_thread(self.logs.run_retention, int(time.time() * 1000))
+                await asyncio.to_thread(self.logs.tick)
             except Exception:
-                log.exception("Retention check failed")
-
-    async def _checkpoint_loop(self) -> None:
-        while True:
-            await asyncio.sleep(CHECKPOINT_INTERVAL_S)
-            try:
-                await asyncio.to_thread(self.logs.checkpoint)
-            except Exception:
-                log.exception("Writing checkpoints failed")
+                log.exception("Log maintenance failed")
 
     async def stop(self) -> None:
         log.info("Shutting down")

@@ -8,7 +8,7 @@ import pytest
 from kio.serial import entity_reader
 
 from moldau.broker.handlers.fetch_response import PartitionData, TopicData, encode_fetch_response
-from moldau.broker.network.response import FileSlice
+from moldau.broker.log.log import FileSlice
 from moldau.errors import ErrorCode
 from moldau.protocol.build import build
 from moldau.protocol.messages import (

@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from moldau.broker.network.response import Chunk, FileSlice, Response
+from moldau.broker.network.response import Chunk, FileRegion, Response
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -26,7 +26,7 @@ class PartitionData:
     high_watermark: int = -1
     last_stable_offset: int = -1
     log_start_offset: int = -1
-    records: Sequence[FileSlice] = ()
+    records: Sequence[FileRegion] = ()
     aborted: list[tuple[int, int]] | None = None  # (producer id, first offset)
 
     @property
@@ -67,7 +67,7 @@ class _Writer:
         if self.flexible:
             self.buf.append(0)
 
-    def file(self, region: FileSlice) -> None:
+    def file(self, region: FileRegion) -> None:
         self.parts.append(bytes(self.buf))
         self.buf.clear()
         self.parts.append(region)

@@ -73,7 +73,11 @@ async def handle_delete_records(broker: Broker, request: Request) -> Result:
             raise KafkaError(ErrorCode.offset_out_of_range)
         return {"error_code": ErrorCode.none, "low_watermark": log.delete_records(offset)}
 
+    def delete_all() -> list[dict[str, Any]]:
+        topics = _per_partition(request.body.topics, "partition_index", answer)
+        broker.logs.checkpoint()  # the new log start offsets must survive a crash
+        return topics
+
     # Deleting segments touches the disk: keep it off the event loop.
-    topics = await asyncio.to_thread(_per_partition, request.body.topics, "partition_index",
-                                     answer)
+    topics = await asyncio.to_thread(delete_all)
     return respond(request, {"topics": topics})

@@ -68,7 +68,8 @@ async def handle_produce(broker: Broker, request: Request) -> Result:
     if acks not in (-1, 0, 1):
         results = None
     else:
-        results = await broker.replicas.append(entries, acks=acks)
+        results = await broker.replicas.append(entries, acks=acks,
+                                               produce_version=request.header.api_version)
     if acks == 0:
         if results is None or any(r.error is not ErrorCode.none for r in results):
             # The client expects no answer, so an error can only be signalled by closing.
@@ -84,7 +85,9 @@ async def handle_produce(broker: Broker, request: Request) -> Result:
             partition.update(error_code=result.error, base_offset=result.base_offset,
                              log_append_time=result.log_append_time,
                              log_start_offset=result.log_start_offset,
-                             error_message=result.message)
+                             error_message=result.message,
+                             record_errors=[{"batch_index": i, "batch_index_error_message": m}
+                                            for i, m in result.record_errors])
         responses.setdefault(topic, []).append(partition)
     return respond(request, {"responses": [
         {"name": name, "partition_responses": partitions}

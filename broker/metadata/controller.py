@@ -37,6 +37,7 @@ MAX_TOPIC_NAME = 249
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 PRODUCER_ID_BLOCK = 1000
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+METADATA_TOPIC = "__cluster_metadata"
 
 Publisher = Callable[[Sequence[MetadataRecord]], None]
 
@@ -52,6 +53,9 @@ def validate_topic_name(name: str) -> None:
         raise KafkaError(ErrorCode.invalid_topic_exception,
                          f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME} "
                          "characters")
+    if name == METADATA_TOPIC:
+        raise KafkaError(ErrorCode.invalid_topic_exception,
+                         f"Topic name {METADATA_TOPIC} is reserved for the cluster metadata")
     if not _LEGAL_TOPIC.match(name):
         raise KafkaError(ErrorCode.invalid_topic_exception,
                          f"Topic name \"{name}\" is illegal, it contains a character other "

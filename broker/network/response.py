@@ -6,19 +6,22 @@ import asyncio
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
 
-@dataclass(frozen=True, slots=True)
-class FileSlice:
-    """A region of a segment file, sent straight from the page cache."""
+class FileRegion(Protocol):
+    """A region of a file to send straight from the page cache (the log's FileSlice)."""
 
-    file: BinaryIO
-    position: int
-    size: int
+    @property
+    def file(self) -> BinaryIO: ...
+    @property
+    def position(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+    def read(self) -> bytes: ...
 
 
-Chunk = bytes | FileSlice
+Chunk = bytes | FileRegion
 
 
 @dataclass(slots=True)
@@ -49,8 +52,18 @@ async def send_response(loop: asyncio.AbstractEventLoop, writer: asyncio.StreamW
             writer.write(b"".join(pending))
             pending.clear()
         if part.size:
-            # Uses os.sendfile when the transport allows it; falls back to read+write.
-            await loop.sendfile(writer.transport, part.file, part.position, part.size)
+            await _send_region(loop, writer, part)
     if pending:
         writer.write(b"".join(pending) if len(pending) > 1 else pending[0])
     await writer.drain()
+
+
+async def _send_region(loop: asyncio.AbstractEventLoop, writer: asyncio.StreamWriter,
+                       region: FileRegion) -> None:
+    # No asyncio fallback: it seeks the shared segment file object, which races with other
+    # connections. Without native sendfile (e.g. TLS), copy the region with pread instead.
+    try:
+        await loop.sendfile(writer.transport, region.file, region.position, region.size,
+                            fallback=False)
+    except asyncio.SendfileNotAvailableError:
+        writer.write(region.read())

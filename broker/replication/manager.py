@@ -14,13 +14,13 @@ import time
 from collections import defaultdict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from moldau.broker.config import BrokerConfig
 from moldau.broker.log.config import TOPIC_CONFIG, LogConfig
 from moldau.broker.log.log import AppendInfo, PartitionLog
 from moldau.broker.log.manager import LogManager
-from moldau.broker.log.validation import validate_records
+from moldau.broker.log.validation import RecordValidationError, validate_records
 from moldau.broker.metadata.image import MetadataImage
 from moldau.broker.metadata.records import (
     TOPIC_RESOURCE,
@@ -56,6 +56,7 @@ class ProduceResult:
     base_offset: int = -1
     log_append_time: int = -1
     log_start_offset: int = -1
+    record_errors: list[tuple[int, str]] = field(default_factory=list)
 
 
 class ReplicaManager:
@@ -141,23 +142,24 @@ class ReplicaManager:
 
     # --- produce ------------------------------------------------------------------------
 
-    async def append(self, entries: Sequence[tuple[str, int, bytes | None]], *, acks: int
-                     ) -> list[ProduceResult]:
+    async def append(self, entries: Sequence[tuple[str, int, bytes | None]], *, acks: int,
+                     produce_version: int) -> list[ProduceResult]:
         """Validate and append one produce request's partitions off the event loop."""
         loop = asyncio.get_running_loop()
-        results = await loop.run_in_executor(self.executor, self._append_all, entries, acks)
+        results = await loop.run_in_executor(self.executor, self._append_all, entries, acks,
+                                             produce_version)
         for (topic, index, _), result in zip(entries, results, strict=True):
             if result.error is ErrorCode.none:
                 self._wake((topic, index))
         return results
 
-    def _append_all(self, entries: Sequence[tuple[str, int, bytes | None]], acks: int
-                    ) -> list[ProduceResult]:
-        return [self._append_one(topic, index, records, acks)
+    def _append_all(self, entries: Sequence[tuple[str, int, bytes | None]], acks: int,
+                    produce_version: int) -> list[ProduceResult]:
+        return [self._append_one(topic, index, records, acks, produce_version)
                 for topic, index, records in entries]
 
-    def _append_one(self, topic: str, index: int, records: bytes | None,
-                    acks: int) -> ProduceResult:
+    def _append_one(self, topic: str, index: int, records: bytes | None, acks: int,
+                    produce_version: int) -> ProduceResult:
         try:
             partition = self.leader(topic, index)
             partition_log = partition.log
@@ -172,7 +174,8 @@ class ReplicaManager:
                 raise KafkaError(ErrorCode.corrupt_message, "Produce request with no records")
             now = int(time.time() * 1000)
             buf = bytearray(records)
-            batches = validate_records(buf, config, now_ms=now)
+            batches = validate_records(buf, config, now_ms=now,
+                                       produce_version=produce_version)
             if any(batch.is_transactional for batch in batches):
                 raise KafkaError(ErrorCode.invalid_txn_state,
                                  "Transactional produce is not supported yet")
@@ -183,6 +186,11 @@ class ReplicaManager:
             return ProduceResult(base_offset=info.first_offset,
                                  log_append_time=info.log_append_time_ms,
                                  log_start_offset=info.log_start_offset)
+        except RecordValidationError as exc:
+            log.info("Produce to %s-%d rejected: %s %s", topic, index, exc.code.name,
+                     exc.message or "")
+            return ProduceResult(error=exc.code, message=exc.message,
+                                 record_errors=exc.record_errors)
         except KafkaError as exc:
             if exc.code not in (ErrorCode.unknown_topic_or_partition,
                                 ErrorCode.not_leader_or_follower):
