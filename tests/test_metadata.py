@@ -116,3 +116,11 @@ def test_torn_tail_is_truncated(tmp_path):
     run(reopened.create_topics([NewTopic("c")], validate_only=False))
     reopened.log.close()
     assert set(open_controller(tmp_path).image.topics) == {"a", "b", "c"}
+
+
+def test_append_to_a_list_starts_from_the_default(tmp_path):
+    controller = open_controller(tmp_path)
+    run(controller.create_topics([NewTopic("t")], validate_only=False))
+    run(controller.alter_configs(TOPIC_RESOURCE, "t", [
+        ConfigChange("cleanup.policy", "compact", 2)], incremental=True, validate_only=False))
+    assert controller.image.topic_configs("t") == {"cleanup.policy": "delete,compact"}

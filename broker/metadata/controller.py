@@ -368,7 +368,10 @@ class Controller:
                 raise KafkaError(ErrorCode.invalid_config,
                                  f"Config value append is not allowed for config key: "
                                  f"{change.name}")
-            items = [item for item in target.get(change.name, "").split(",") if item]
+            # With no override, Kafka appends to (or subtracts from) the config's default.
+            key = TOPIC_CONFIG[change.name]
+            current = target.get(change.name, key.render(key.default) or "")
+            items = [item for item in current.split(",") if item]
             given = [item for item in (change.value or "").split(",") if item]
             if change.op == 2:
                 items += [item for item in given if item not in items]

@@ -6,8 +6,8 @@ Headers are parsed by hand because they are tiny and on every request's path.
 
 from __future__ import annotations
 
-import datetime
 import io
+import logging
 import struct
 from dataclasses import dataclass
 from functools import cache
@@ -17,7 +17,8 @@ from kio.index import load_payload_module
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
-ZERO_TIME = datetime.timedelta(0)
+log = logging.getLogger("moldau.protocol")
+
 _HEADER_FIXED = struct.Struct(">hhi")
 _INT32 = struct.Struct(">i")
 
@@ -121,9 +122,11 @@ def decode_request(api_key: int, version: int, frame: bytes | memoryview, offset
         body, size = _reader(api_key, version)(frame, offset)
     except Exception as exc:  # the native reader raises several types
         raise MalformedRequest(f"cannot decode {api_key} v{version}: {exc}") from None
-    if offset + size != len(frame):
-        raise MalformedRequest(
-            f"{len(frame) - offset - size} trailing bytes after api {api_key} v{version}")
+    if offset + size < len(frame):
+        # Kafka's parser ignores bytes after the last field, and librdkafka relies on it
+        # (its Metadata v12 request carries three extra bytes), so do the same.
+        log.debug("%d bytes after api %d v%d ignored", len(frame) - offset - size, api_key,
+                  version)
     return body
 
 
