@@ -1,0 +1,1 @@
+"""End-to-end tests: real broker processes driven by real Kafka clients."""
