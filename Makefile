@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install tools run test lint fmt clean
+.PHONY: install tools run test lint fmt docs clean
 
 install: $(STAMP)
 
@@ -28,6 +28,10 @@ run: install
 test: install tools
 	$(BIN)/ruff check .
 	$(BIN)/pytest
+
+## Regenerate docs/configuration.md from the config definitions.
+docs: install
+	$(BIN)/python -m moldau.broker.config_doc > docs/configuration.md
 
 lint: install
 	$(BIN)/ruff check .

@@ -109,6 +109,26 @@ BROKER_CONFIG = ConfigDef([
     ConfigKey("log.cleaner.min.compaction.lag.ms", T.LONG, 0, "Compaction lag"),
     ConfigKey("log.cleaner.max.compaction.lag.ms", T.LONG, LONG_MAX, "Compaction lag"),
     ConfigKey("num.recovery.threads.per.data.dir", T.INT, 2, "Recovery threads", at_least(1)),
+    # Consumer groups.
+    ConfigKey("group.initial.rebalance.delay.ms", T.INT, 3000, "Wait for more members before "
+              "the first rebalance of an empty group", at_least(0)),
+    ConfigKey("group.min.session.timeout.ms", T.INT, 6000, "Smallest session timeout allowed",
+              at_least(0)),
+    ConfigKey("group.max.session.timeout.ms", T.INT, 1800000, "Largest session timeout "
+              "allowed", at_least(0)),
+    ConfigKey("group.max.size", T.INT, INT_MAX, "Members allowed in one group", at_least(1)),
+    ConfigKey("offsets.topic.num.partitions", T.INT, 50, "Partitions of __consumer_offsets",
+              at_least(1)),
+    ConfigKey("offsets.topic.replication.factor", T.SHORT, 3, "Replication of "
+              "__consumer_offsets (capped by the brokers available)", at_least(1)),
+    ConfigKey("offsets.topic.segment.bytes", T.INT, 104857600, "Segment size of "
+              "__consumer_offsets", at_least(1)),
+    ConfigKey("offsets.retention.minutes", T.INT, 10080, "Offsets of empty groups are kept "
+              "this long", at_least(1)),
+    ConfigKey("offsets.retention.check.interval.ms", T.LONG, 600000, "Offset expiry check "
+              "period", at_least(1)),
+    ConfigKey("offset.metadata.max.bytes", T.INT, 4096, "Largest metadata string of a "
+              "committed offset"),
     # Producer ids.
     ConfigKey("producer.id.expiration.ms", T.INT, 86400000, "Idle producer state expiry",
               at_least(1)),

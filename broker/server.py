@@ -8,6 +8,9 @@ import socket
 import time
 
 from moldau.broker.config import BrokerConfig, Endpoint
+from moldau.broker.coordinators.group.coordinator import GroupCoordinator, GroupSettings
+from moldau.broker.coordinators.group.records import partition_for
+from moldau.broker.coordinators.group.store import OffsetsTopic
 from moldau.broker.coordinators.producer_ids import ProducerIdManager
 from moldau.broker.handlers import apis as _apis  # noqa: F401 - registers every handler
 from moldau.broker.handlers.api_versions import unsupported_version_response
@@ -77,12 +80,49 @@ class Broker:
         await self.controller.register_broker(
             [(e.listener, e.host, e.port) for e in self.endpoints], self.config["broker.rack"])
         self.producer_ids = ProducerIdManager(self.controller, self.node_id)
+        await self._start_group_coordinator()
         self.handlers.start()
-        self._tasks = [asyncio.create_task(self._maintenance_loop(), name="log-maintenance")]
+        self._tasks = [asyncio.create_task(self._maintenance_loop(), name="log-maintenance"),
+                       asyncio.create_task(self._offset_expiry_loop(), name="offset-expiry")]
         self._ready.set()
         log.info("Started in %.0f ms: cluster %s, %d metadata records, %d partitions",
                  (time.monotonic() - started) * 1000, self.cluster_id, replayed,
                  len(self.replicas.partitions))
+
+    async def _start_group_coordinator(self) -> None:
+        config = self.config
+        partitions = config["offsets.topic.num.partitions"]
+        self.offsets_topic = OffsetsTopic(
+            self.controller, self.replicas, partitions=partitions,
+            replication_factor=config["offsets.topic.replication.factor"],
+            segment_bytes=config["offsets.topic.segment.bytes"])
+        settings = GroupSettings(
+            initial_rebalance_delay_ms=config["group.initial.rebalance.delay.ms"],
+            min_session_timeout_ms=config["group.min.session.timeout.ms"],
+            max_session_timeout_ms=config["group.max.session.timeout.ms"],
+            max_size=config["group.max.size"],
+            offset_metadata_max_bytes=config["offset.metadata.max.bytes"],
+            offsets_retention_ms=config["offsets.retention.minutes"] * 60000)
+        self.groups = GroupCoordinator(
+            settings,
+            write=lambda group_id, records: self.offsets_topic.write(
+                partition_for(group_id, partitions), records),
+            partition_exists=self._partition_exists)
+        if self.offsets_topic.exists:
+            await asyncio.to_thread(self.groups.load, self.offsets_topic.read_all())
+        self.groups.start_timers()
+
+    def _partition_exists(self, topic: str, partition: int) -> bool:
+        image = self.image.topics.get(topic)
+        return image is not None and partition in image.partitions
+
+    async def _offset_expiry_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config["offsets.retention.check.interval.ms"] / 1000)
+            try:
+                self.groups.expire_offsets()
+            except Exception:
+                log.exception("Expiring committed offsets failed")
 
     def _advertised(self, bound: Endpoint) -> Endpoint:
         advertised = self.config.advertised_for(bound.listener)
@@ -117,6 +157,8 @@ class Broker:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if hasattr(self, "groups"):
+            self.groups.shutdown()
         if hasattr(self, "replicas"):
             self.replicas.shutdown()
         if hasattr(self, "logs"):

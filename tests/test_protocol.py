@@ -121,3 +121,13 @@ def test_truncated_is_malformed_but_trailing_bytes_are_ignored_as_kafka_does():
     assert decode_request(3, 12, frame + b"\1\0\0", header.size).topics is None
     with pytest.raises(MalformedRequest):
         parse_header(frame[:7], flexible=True)
+
+
+def test_none_becomes_empty_where_a_version_cannot_carry_null():
+    old = build(response_class(11, 5), {"error_code": 25, "protocol_name": None,
+                                        "member_id": "", "leader": ""})
+    new = build(response_class(11, 7), {"error_code": 25, "protocol_name": None,
+                                        "member_id": "", "leader": ""})
+    assert old.protocol_name == ""
+    assert new.protocol_name is None
+    encode_response(1, old)

@@ -5,6 +5,8 @@ from moldau.broker.handlers import (  # noqa: F401
     cluster,
     configs,
     fetch,
+    group_offsets,
+    groups,
     metadata,
     offsets,
     produce,

@@ -90,6 +90,9 @@ def _zero(field: _Field) -> Any:
 
 
 def _convert(field: _Field, value: Any) -> Any:
+    if value is None and not field.optional:
+        # Nullable in newer versions only: older ones carry the empty value instead.
+        return _zero(field)
     if field.nested is not None:
         if value is None:
             return None

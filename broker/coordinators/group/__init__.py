@@ -1,0 +1,1 @@
+"""The classic group coordinator: membership, rebalances and committed offsets."""

@@ -1,0 +1,646 @@
+"""The classic group coordinator: Kafka's join/sync/heartbeat/leave protocol and offsets.
+
+All group state lives on the event loop and is changed without awaiting in between, so each
+request sees and leaves a consistent group. Requests that must wait (a join until the
+rebalance completes, a sync until the leader's assignment arrives) wait on futures that the
+state machine completes. Writes to `__consumer_offsets` are small appends made before the
+state they record is acknowledged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from moldau.broker.coordinators.group.group import (
+    CommittedOffset,
+    Group,
+    GroupState,
+    JoinResult,
+    Member,
+    SyncResult,
+)
+from moldau.broker.coordinators.group.records import (
+    GroupKey,
+    GroupValue,
+    MemberValue,
+    OffsetKey,
+    OffsetValue,
+    decode_group_value,
+    decode_key,
+    decode_offset_value,
+    encode_group_key,
+    encode_group_value,
+    encode_offset_key,
+    encode_offset_value,
+)
+from moldau.errors import ErrorCode
+
+log = logging.getLogger("moldau.broker.groups")
+
+Stable, Empty = GroupState.STABLE, GroupState.EMPTY
+Preparing, Completing, Dead = (GroupState.PREPARING_REBALANCE,
+                               GroupState.COMPLETING_REBALANCE, GroupState.DEAD)
+Record = tuple[bytes, bytes | None]
+
+
+@dataclass(frozen=True)
+class GroupSettings:
+    initial_rebalance_delay_ms: int = 3000
+    min_session_timeout_ms: int = 6000
+    max_session_timeout_ms: int = 1800000
+    max_size: int = 2**31 - 1
+    offset_metadata_max_bytes: int = 4096
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+
+
+@dataclass(frozen=True)
+class OffsetCommit:
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int
+    metadata: str | None
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class GroupCoordinator:
+    def __init__(self, settings: GroupSettings, write: Callable[[str, list[Record]], None],
+                 partition_exists: Callable[[str, int], bool]) -> None:
+        self.settings = settings
+        self._write = write  # appends records to the group's __consumer_offsets partition
+        self._partition_exists = partition_exists
+        self.groups: dict[str, Group] = {}
+
+    # --- loading -------------------------------------------------------------------------
+
+    def load(self, records: Iterable[Record]) -> None:
+        """Rebuild groups and offsets from `__consumer_offsets` records, in log order."""
+        loaded: dict[str, GroupValue | None] = {}
+        for key_bytes, value in records:
+            key = decode_key(key_bytes)
+            if isinstance(key, OffsetKey):
+                group = self.groups.setdefault(key.group, Group(key.group))
+                if value is None:
+                    group.offsets.pop((key.topic, key.partition), None)
+                else:
+                    stored = decode_offset_value(value)
+                    group.offsets[(key.topic, key.partition)] = CommittedOffset(
+                        stored.offset, stored.leader_epoch, stored.metadata,
+                        stored.commit_timestamp)
+            elif isinstance(key, GroupKey):
+                loaded[key.group] = None if value is None else decode_group_value(value)
+        for group_id, value in loaded.items():
+            if value is None:
+                group = self.groups.get(group_id)
+                if group is not None and not group.offsets:
+                    del self.groups[group_id]
+                continue
+            group = self.groups.setdefault(group_id, Group(group_id))
+            self._restore(group, value)
+        log.info("Loaded %d group(s) from __consumer_offsets", len(self.groups))
+
+    def _restore(self, group: Group, value: GroupValue) -> None:
+        group.protocol_type = value.protocol_type or None
+        group.generation = value.generation
+        group.protocol_name = value.protocol
+        group.leader_id = value.leader
+        group.state_timestamp = value.state_timestamp
+        for stored in value.members:
+            member = Member(stored.member_id, stored.group_instance_id, stored.client_id,
+                            stored.client_host, stored.rebalance_timeout_ms,
+                            stored.session_timeout_ms, value.protocol_type,
+                            [(value.protocol or "", stored.subscription)], stored.assignment)
+            group.members[member.member_id] = member
+            if member.group_instance_id is not None:
+                group.static_members[member.group_instance_id] = member.member_id
+        # Members must heartbeat within their session timeout, or they are removed.
+        group.state = Stable if group.members else Empty
+
+    def start_timers(self) -> None:
+        """Give loaded members their session deadlines (needs the running loop)."""
+        for group in self.groups.values():
+            for member in group.members.values():
+                self._schedule_expiry(group, member)
+
+    # --- join ----------------------------------------------------------------------------
+
+    async def join(self, group_id: str, member_id: str, instance_id: str | None,
+                   client_id: str, client_host: str, session_timeout_ms: int,
+                   rebalance_timeout_ms: int, protocol_type: str,
+                   protocols: list[tuple[str, bytes]], require_known_member_id: bool,
+                   ) -> JoinResult:
+        settings = self.settings
+        if not group_id:
+            return JoinResult(ErrorCode.invalid_group_id.value, member_id)
+        if not settings.min_session_timeout_ms <= session_timeout_ms <= \
+                settings.max_session_timeout_ms:
+            return JoinResult(ErrorCode.invalid_session_timeout.value, member_id)
+        group = self.groups.get(group_id)
+        if group is None:
+            if member_id:
+                return JoinResult(ErrorCode.unknown_member_id.value, member_id)
+            group = self.groups[group_id] = Group(group_id, state_timestamp=_now_ms())
+        if group.is_(Dead):
+            return JoinResult(ErrorCode.coordinator_not_available.value, member_id)
+        if not group.supports(protocol_type, protocols):
+            return JoinResult(ErrorCode.inconsistent_group_protocol.value, member_id)
+        args = (instance_id, client_id, client_host, session_timeout_ms, rebalance_timeout_ms,
+                protocol_type, protocols)
+        if not member_id:
+            return await self._join_new(group, require_known_member_id, *args)
+        return await self._join_known(group, member_id, *args)
+
+    async def _join_new(self, group: Group, require_known_member_id: bool,
+                        instance_id: str | None, client_id: str, *rest: object) -> JoinResult:
+        if len(group.members) + len(group.pending_members) >= self.settings.max_size:
+            return JoinResult(ErrorCode.group_max_size_reached.value, "")
+        new_id = f"{instance_id or client_id}-{uuid.uuid4()}"
+        if instance_id is not None:
+            old_id = group.static_members.get(instance_id)
+            if old_id is not None:
+                return await self._replace_static_member(group, old_id, new_id, instance_id,
+                                                         client_id, *rest)
+        elif require_known_member_id:
+            # KIP-394: the client must come back with this id, so a lost response cannot
+            # leave an orphan member behind. Unclaimed ids expire with the session timeout.
+            session_ms = rest[1]
+            assert isinstance(session_ms, int)
+            loop = asyncio.get_running_loop()
+            group.pending_members[new_id] = loop.call_later(
+                session_ms / 1000, self._expire_pending, group, new_id)
+            return JoinResult(ErrorCode.member_id_required.value, new_id)
+        return await self._add_and_rebalance(group, new_id, instance_id, client_id, *rest)
+
+    async def _join_known(self, group: Group, member_id: str, instance_id: str | None,
+                          client_id: str, client_host: str, session_timeout_ms: int,
+                          rebalance_timeout_ms: int, protocol_type: str,
+                          protocols: list[tuple[str, bytes]]) -> JoinResult:
+        if member_id in group.pending_members:
+            group.pending_members.pop(member_id).cancel()
+            return await self._add_and_rebalance(
+                group, member_id, instance_id, client_id, client_host, session_timeout_ms,
+                rebalance_timeout_ms, protocol_type, protocols)
+        error = self._check_member(group, member_id, instance_id)
+        if error is not None:
+            return JoinResult(error.value, member_id)
+        member = group.members[member_id]
+        if group.is_(Empty, Dead):
+            return JoinResult(ErrorCode.unknown_member_id.value, member_id)
+        unchanged = member.same_protocols(protocols)
+        if group.is_(Completing) and unchanged:
+            return self._current_join_result(group, member)  # the join response was lost
+        if group.is_(Stable) and unchanged and member_id != group.leader_id:
+            return self._current_join_result(group, member)
+        member.protocols = protocols
+        member.session_timeout_ms = session_timeout_ms
+        member.rebalance_timeout_ms = rebalance_timeout_ms
+        member.client_id, member.client_host = client_id, client_host
+        waiter = member.join_waiter = asyncio.get_running_loop().create_future()
+        self._prepare_rebalance(group, f"member {member_id} rejoined")
+        self._maybe_complete_join(group)
+        return await waiter
+
+    async def _add_and_rebalance(self, group: Group, member_id: str, instance_id: str | None,
+                                 client_id: str, client_host: str, session_timeout_ms: int,
+                                 rebalance_timeout_ms: int, protocol_type: str,
+                                 protocols: list[tuple[str, bytes]]) -> JoinResult:
+        member = Member(member_id, instance_id, client_id, client_host, rebalance_timeout_ms,
+                        session_timeout_ms, protocol_type, protocols, is_new=True)
+        member.join_waiter = asyncio.get_running_loop().create_future()
+        group.add_member(member)
+        self._prepare_rebalance(group, f"member {member_id} joined")
+        self._maybe_complete_join(group)
+        return await member.join_waiter
+
+    async def _replace_static_member(self, group: Group, old_id: str, new_id: str,
+                                     instance_id: str, client_id: str, client_host: str,
+                                     session_timeout_ms: int, rebalance_timeout_ms: int,
+                                     protocol_type: str, protocols: list[tuple[str, bytes]]
+                                     ) -> JoinResult:
+        """KIP-345: a restarted static member takes its old place without a rebalance."""
+        old = group.members[old_id]
+        unchanged = old.same_protocols(protocols)
+        # Fence the old incarnation: its pending requests fail, its id is gone.
+        group.remove_member(old_id)
+        if old.awaiting_join and old.join_waiter is not None:
+            old.join_waiter.set_result(JoinResult(ErrorCode.fenced_instance_id.value, old_id))
+        if old.awaiting_sync and old.sync_waiter is not None:
+            old.sync_waiter.set_result(SyncResult(ErrorCode.fenced_instance_id.value))
+        member = Member(new_id, instance_id, client_id, client_host, rebalance_timeout_ms,
+                        session_timeout_ms, protocol_type, protocols, assignment=old.assignment)
+        was_leader = group.leader_id is None or group.leader_id == old_id
+        group.add_member(member)
+        if was_leader:
+            group.leader_id = new_id
+        if group.is_(Stable) and unchanged:
+            self._schedule_expiry(group, member)
+            self._persist_group(group)
+            log.info("Static member %s of group %s rejoined as %s without a rebalance",
+                     instance_id, group.group_id, new_id)
+            result = self._current_join_result(group, member)
+            result.skip_assignment = group.leader_id == new_id
+            return result
+        member.join_waiter = asyncio.get_running_loop().create_future()
+        self._prepare_rebalance(group, f"static member {instance_id} rejoined")
+        self._maybe_complete_join(group)
+        return await member.join_waiter
+
+    def _current_join_result(self, group: Group, member: Member) -> JoinResult:
+        self._schedule_expiry(group, member)
+        return JoinResult(ErrorCode.none.value, member.member_id, group.generation,
+                          group.protocol_type, group.protocol_name, group.leader_id or "",
+                          members=self._member_list(group)
+                          if member.member_id == group.leader_id else [])
+
+    def _member_list(self, group: Group) -> list[tuple[str, str | None, bytes]]:
+        assert group.protocol_name is not None
+        return [(m.member_id, m.group_instance_id, m.metadata(group.protocol_name))
+                for m in group.members.values()]
+
+    # --- rebalance -----------------------------------------------------------------------
+
+    def _prepare_rebalance(self, group: Group, reason: str) -> None:
+        if group.is_(Preparing):
+            return
+        if group.is_(Completing):
+            # The assignment in flight is void: members must rejoin.
+            for member in group.members.values():
+                member.assignment = b""
+                if member.awaiting_sync and member.sync_waiter is not None:
+                    member.sync_waiter.set_result(
+                        SyncResult(ErrorCode.rebalance_in_progress.value))
+        loop = asyncio.get_running_loop()
+        initial = group.is_(Empty)
+        group.transition(Preparing, _now_ms())
+        log.info("Preparing to rebalance group %s in state PreparingRebalance with old "
+                 "generation %d (reason: %s)", group.group_id, group.generation, reason)
+        if group.join_timer is not None:
+            group.join_timer.cancel()
+        if initial and self.settings.initial_rebalance_delay_ms > 0:
+            # Wait for more members to arrive before the first assignment.
+            delay = self.settings.initial_rebalance_delay_ms / 1000
+            group.join_deadline = loop.time() + max(group.max_rebalance_timeout_ms() / 1000,
+                                                    delay)
+            group.initial_delay = True
+            group.join_timer = loop.call_later(delay, self._initial_delay_done, group,
+                                               len(group.members))
+        else:
+            group.join_deadline = loop.time() + group.max_rebalance_timeout_ms() / 1000
+            group.join_timer = loop.call_later(group.max_rebalance_timeout_ms() / 1000,
+                                               self._complete_join, group)
+
+    def _initial_delay_done(self, group: Group, members_before: int) -> None:
+        loop = asyncio.get_running_loop()
+        remaining = group.join_deadline - loop.time()
+        if len(group.members) > members_before and remaining > 0:
+            delay = min(self.settings.initial_rebalance_delay_ms / 1000, remaining)
+            group.join_timer = loop.call_later(delay, self._initial_delay_done, group,
+                                               len(group.members))
+        else:
+            group.join_timer = None
+            group.initial_delay = False
+            self._complete_join(group)
+
+    def _maybe_complete_join(self, group: Group) -> None:
+        if group.is_(Preparing) and not group.initial_delay and group.all_joined():
+            self._complete_join(group)
+
+    def _complete_join(self, group: Group) -> None:
+        if not group.is_(Preparing):
+            return
+        if group.join_timer is not None:
+            group.join_timer.cancel()
+            group.join_timer = None
+        group.initial_delay = False
+        for member in list(group.members.values()):
+            # Dynamic members that did not rejoin in time are out; static ones keep
+            # their place until their session expires (KIP-345).
+            if not member.awaiting_join and member.group_instance_id is None:
+                group.remove_member(member.member_id)
+                log.info("Member %s of group %s did not rejoin and is removed",
+                         member.member_id, group.group_id)
+        for pending in group.pending_members.values():
+            pending.cancel()
+        group.pending_members.clear()
+        group.generation += 1
+        now = _now_ms()
+        if group.is_empty:
+            group.protocol_name = None
+            group.leader_id = None
+            group.transition(Empty, now)
+            self._persist_group(group)
+            log.info("Group %s with generation %d is now empty", group.group_id,
+                     group.generation)
+            return
+        group.protocol_name = group.select_protocol()
+        if group.leader_id not in group.members or \
+                not group.members[group.leader_id].awaiting_join:
+            joined = [m.member_id for m in group.members.values() if m.awaiting_join]
+            group.leader_id = joined[0] if joined else next(iter(group.members))
+        group.transition(Completing, now)
+        log.info("Stabilized group %s generation %d with %d member(s)", group.group_id,
+                 group.generation, len(group.members))
+        members = self._member_list(group)
+        for member in group.members.values():
+            member.is_new = False
+            self._schedule_expiry(group, member)
+            if member.awaiting_join and member.join_waiter is not None:
+                leader = member.member_id == group.leader_id
+                member.join_waiter.set_result(JoinResult(
+                    ErrorCode.none.value, member.member_id, group.generation,
+                    group.protocol_type, group.protocol_name, group.leader_id or "",
+                    members=members if leader else []))
+
+    # --- sync ----------------------------------------------------------------------------
+
+    async def sync(self, group_id: str, generation: int, member_id: str,
+                   instance_id: str | None, protocol_type: str | None,
+                   protocol_name: str | None, assignments: dict[str, bytes]) -> SyncResult:
+        group = self.groups.get(group_id)
+        if group is None or group.is_(Empty, Dead):
+            return SyncResult(ErrorCode.unknown_member_id.value)
+        error = self._check_member(group, member_id, instance_id)
+        if error is not None:
+            return SyncResult(error.value)
+        if generation != group.generation:
+            return SyncResult(ErrorCode.illegal_generation.value)
+        if (protocol_type is not None and protocol_type != group.protocol_type) or \
+                (protocol_name is not None and protocol_name != group.protocol_name):
+            return SyncResult(ErrorCode.inconsistent_group_protocol.value)
+        member = group.members[member_id]
+        if group.is_(Preparing):
+            return SyncResult(ErrorCode.rebalance_in_progress.value)
+        self._schedule_expiry(group, member)
+        if group.is_(Stable):
+            return self._sync_result(group, member)
+        waiter = member.sync_waiter = asyncio.get_running_loop().create_future()
+        if member_id == group.leader_id:
+            for each in group.members.values():
+                each.assignment = assignments.get(each.member_id, b"")
+            self._persist_group(group)
+            group.transition(Stable, _now_ms())
+            for each in group.members.values():
+                if each.awaiting_sync and each.sync_waiter is not None:
+                    each.sync_waiter.set_result(self._sync_result(group, each))
+        return await waiter
+
+    @staticmethod
+    def _sync_result(group: Group, member: Member) -> SyncResult:
+        return SyncResult(ErrorCode.none.value, group.protocol_type, group.protocol_name,
+                          member.assignment)
+
+    # --- heartbeat and leave -------------------------------------------------------------
+
+    def heartbeat(self, group_id: str, generation: int, member_id: str,
+                  instance_id: str | None) -> ErrorCode:
+        group = self.groups.get(group_id)
+        if group is None or group.is_(Empty, Dead):
+            return ErrorCode.unknown_member_id
+        error = self._check_member(group, member_id, instance_id)
+        if error is not None:
+            return error
+        if generation != group.generation:
+            return ErrorCode.illegal_generation
+        self._schedule_expiry(group, group.members[member_id])
+        if group.is_(Preparing):
+            return ErrorCode.rebalance_in_progress
+        return ErrorCode.none
+
+    def leave(self, group_id: str, leaving: Sequence[tuple[str, str | None]]
+              ) -> list[ErrorCode]:
+        group = self.groups.get(group_id)
+        if group is None or group.is_(Dead):
+            return [ErrorCode.unknown_member_id for _ in leaving]
+        results = []
+        for member_id, instance_id in leaving:
+            if instance_id is not None:
+                mapped = group.static_members.get(instance_id)
+                if mapped is None:
+                    results.append(ErrorCode.unknown_member_id)
+                    continue
+                if member_id and mapped != member_id:
+                    results.append(ErrorCode.fenced_instance_id)
+                    continue
+                member_id = mapped
+            if member_id in group.pending_members:
+                group.pending_members.pop(member_id).cancel()
+                self._maybe_complete_join(group)
+                results.append(ErrorCode.none)
+            elif member_id not in group.members:
+                results.append(ErrorCode.unknown_member_id)
+            else:
+                self._remove_member(group, member_id, "the consumer left the group")
+                results.append(ErrorCode.none)
+        return results
+
+    def _check_member(self, group: Group, member_id: str,
+                      instance_id: str | None) -> ErrorCode | None:
+        if instance_id is not None:
+            mapped = group.static_members.get(instance_id)
+            if mapped is not None and mapped != member_id:
+                return ErrorCode.fenced_instance_id
+        if member_id not in group.members:
+            return ErrorCode.unknown_member_id
+        return None
+
+    def _remove_member(self, group: Group, member_id: str, reason: str) -> None:
+        member = group.remove_member(member_id)
+        if member is None:
+            return
+        log.info("Removed member %s from group %s: %s", member_id, group.group_id, reason)
+        if member.awaiting_join and member.join_waiter is not None:
+            member.join_waiter.set_result(JoinResult(ErrorCode.unknown_member_id.value,
+                                                     member_id))
+        if member.awaiting_sync and member.sync_waiter is not None:
+            member.sync_waiter.set_result(SyncResult(ErrorCode.unknown_member_id.value))
+        if group.is_(Stable, Completing):
+            self._prepare_rebalance(group, f"removing member {member_id}: {reason}")
+        self._maybe_complete_join(group)
+
+    def _schedule_expiry(self, group: Group, member: Member) -> None:
+        member.cancel_timer()
+        loop = asyncio.get_running_loop()
+        member.session_timer = loop.call_later(member.session_timeout_ms / 1000,
+                                               self._session_expired, group, member)
+
+    def _session_expired(self, group: Group, member: Member) -> None:
+        if group.members.get(member.member_id) is not member:
+            return
+        if member.awaiting_join or member.awaiting_sync:
+            # Waiting on the coordinator is not silence; the rebalance timeout bounds it.
+            self._schedule_expiry(group, member)
+            return
+        self._remove_member(group, member.member_id,
+                            f"session timeout of {member.session_timeout_ms} ms expired")
+
+    def _expire_pending(self, group: Group, member_id: str) -> None:
+        if group.pending_members.pop(member_id, None) is not None:
+            log.info("Pending member %s of group %s never joined", member_id, group.group_id)
+            self._maybe_complete_join(group)
+
+    # --- persistence ---------------------------------------------------------------------
+
+    def _persist_group(self, group: Group) -> None:
+        members = tuple(MemberValue(
+            m.member_id, m.group_instance_id, m.client_id, m.client_host,
+            m.rebalance_timeout_ms, m.session_timeout_ms,
+            m.metadata(group.protocol_name) if group.protocol_name else b"", m.assignment)
+            for m in group.members.values())
+        value = GroupValue(group.protocol_type or "", group.generation, group.protocol_name,
+                           group.leader_id, group.state_timestamp, members)
+        self._write(group.group_id, [(encode_group_key(GroupKey(group.group_id)),
+                                      encode_group_value(value))])
+
+    # --- offsets -------------------------------------------------------------------------
+
+    def commit(self, group_id: str, generation: int, member_id: str, instance_id: str | None,
+               commits: Sequence[OffsetCommit]) -> list[ErrorCode]:
+        if not group_id:
+            return [ErrorCode.invalid_group_id for _ in commits]
+        group = self.groups.get(group_id)
+        error: ErrorCode | None = None
+        if group is None:
+            if generation >= 0:
+                error = ErrorCode.illegal_generation
+            else:
+                group = self.groups[group_id] = Group(group_id, state_timestamp=_now_ms())
+        elif group.is_(Dead):
+            error = ErrorCode.coordinator_not_available
+        elif generation < 0 and group.is_(Empty):
+            pass  # a group that only stores offsets (manual assignment)
+        else:
+            error = self._check_member(group, member_id, instance_id)
+            if error is None and generation != group.generation:
+                error = ErrorCode.illegal_generation
+            if error is None and group.is_(Completing):
+                error = ErrorCode.rebalance_in_progress
+            if error is None:
+                self._schedule_expiry(group, group.members[member_id])
+        if error is not None:
+            return [error for _ in commits]
+        assert group is not None
+        now = _now_ms()
+        results: list[ErrorCode] = []
+        records: list[Record] = []
+        accepted: list[tuple[OffsetCommit, CommittedOffset]] = []
+        for commit in commits:
+            metadata = commit.metadata or ""
+            if len(metadata.encode()) > self.settings.offset_metadata_max_bytes:
+                results.append(ErrorCode.offset_metadata_too_large)
+            elif not self._partition_exists(commit.topic, commit.partition):
+                results.append(ErrorCode.unknown_topic_or_partition)
+            else:
+                stored = CommittedOffset(commit.offset, commit.leader_epoch, metadata, now)
+                records.append((encode_offset_key(OffsetKey(group_id, commit.topic,
+                                                            commit.partition)),
+                                encode_offset_value(OffsetValue(stored.offset,
+                                                                stored.leader_epoch,
+                                                                metadata, now))))
+                accepted.append((commit, stored))
+                results.append(ErrorCode.none)
+        if records:
+            self._write(group_id, records)
+            for commit, stored in accepted:
+                group.offsets[(commit.topic, commit.partition)] = stored
+        return results
+
+    def fetch_offsets(self, group_id: str, wanted: Sequence[tuple[str, Sequence[int]]] | None
+                      ) -> dict[tuple[str, int], CommittedOffset | None]:
+        group = self.groups.get(group_id)
+        offsets = group.offsets if group is not None else {}
+        if wanted is None:
+            return dict(offsets)
+        return {(topic, partition): offsets.get((topic, partition))
+                for topic, partitions in wanted for partition in partitions}
+
+    def delete_offsets(self, group_id: str, partitions: Sequence[tuple[str, int]]
+                       ) -> tuple[ErrorCode, list[ErrorCode]]:
+        group = self.groups.get(group_id)
+        if group is None or group.is_(Dead):
+            return ErrorCode.group_id_not_found, []
+        subscribed: set[str] = set()
+        if not group.is_(Empty):
+            topics = group.subscribed_topics()
+            if topics is None:
+                return ErrorCode.non_empty_group, []
+            subscribed = topics
+        results = []
+        records: list[Record] = []
+        for topic, partition in partitions:
+            if topic in subscribed:
+                results.append(ErrorCode.group_subscribed_to_topic)
+                continue
+            if group.offsets.pop((topic, partition), None) is not None:
+                records.append((encode_offset_key(OffsetKey(group_id, topic, partition)), None))
+            results.append(ErrorCode.none)
+        if records:
+            self._write(group_id, records)
+        return ErrorCode.none, results
+
+    def delete_groups(self, group_ids: Sequence[str]) -> list[ErrorCode]:
+        results = []
+        for group_id in group_ids:
+            group = self.groups.get(group_id)
+            if not group_id:
+                results.append(ErrorCode.invalid_group_id)
+            elif group is None or group.is_(Dead):
+                results.append(ErrorCode.group_id_not_found)
+            elif not group.is_(Empty):
+                results.append(ErrorCode.non_empty_group)
+            else:
+                self._delete_group(group)
+                results.append(ErrorCode.none)
+        return results
+
+    def _delete_group(self, group: Group) -> None:
+        records: list[Record] = [
+            (encode_offset_key(OffsetKey(group.group_id, topic, partition)), None)
+            for topic, partition in group.offsets]
+        records.append((encode_group_key(GroupKey(group.group_id)), None))
+        self._write(group.group_id, records)
+        group.transition(Dead, _now_ms())
+        del self.groups[group.group_id]
+        log.info("Deleted group %s", group.group_id)
+
+    def expire_offsets(self, now_ms: int | None = None) -> int:
+        """Drop offsets of empty groups older than offsets.retention.minutes (KIP-211)."""
+        now = _now_ms() if now_ms is None else now_ms
+        retention = self.settings.offsets_retention_ms
+        expired = 0
+        for group in list(self.groups.values()):
+            if not group.is_(Empty):
+                continue
+            records: list[Record] = []
+            for (topic, partition), stored in list(group.offsets.items()):
+                # Simple (offset-only) groups age by commit time, others from going empty.
+                base = stored.commit_timestamp if group.protocol_type is None \
+                    else max(group.state_timestamp, 0)
+                if now - base >= retention:
+                    del group.offsets[(topic, partition)]
+                    records.append((encode_offset_key(OffsetKey(group.group_id, topic,
+                                                                partition)), None))
+            if records:
+                self._write(group.group_id, records)
+                expired += len(records)
+            if not group.offsets and not group.members:
+                self._delete_group(group)
+        if expired:
+            log.info("Expired %d committed offset(s)", expired)
+        return expired
+
+    def shutdown(self) -> None:
+        for group in self.groups.values():
+            if group.join_timer is not None:
+                group.join_timer.cancel()
+            for pending in group.pending_members.values():
+                pending.cancel()
+            for member in group.members.values():
+                member.cancel_timer()

@@ -1,0 +1,213 @@
+"""Records of the `__consumer_offsets` topic, in Kafka's own key/value layout.
+
+Keys and values are versioned big-endian structs (Kafka's OffsetCommitKey/Value and
+GroupMetadataKey/Value schemas), so the topic's content reads the same as Kafka's:
+
+    offset commit key   v1: group string, topic string, partition int32
+    offset commit value v3: offset int64, leader epoch int32, metadata string,
+                            commit timestamp int64
+    group key           v2: group string
+    group value         v3: protocol type string, generation int32, protocol string?,
+                            leader string?, state timestamp int64, members[...]
+
+A record with a null value is a tombstone: the offset or the group was deleted.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+OFFSET_KEY_VERSION = 1
+GROUP_KEY_VERSION = 2
+OFFSET_VALUE_VERSION = 3
+GROUP_VALUE_VERSION = 3
+
+
+def partition_for(group_id: str, partitions: int) -> int:
+    """Kafka's choice: the Java String.hashCode of the group id, made non-negative."""
+    value = 0
+    for unit in _utf16_units(group_id):
+        value = (31 * value + unit) & 0xFFFFFFFF
+    return (value & 0x7FFFFFFF) % partitions
+
+
+def _utf16_units(text: str) -> list[int]:
+    raw = text.encode("utf-16-be", "surrogatepass")
+    return [int.from_bytes(raw[i:i + 2], "big") for i in range(0, len(raw), 2)]
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.out = bytearray()
+
+    def i16(self, value: int) -> _Writer:
+        self.out += struct.pack(">h", value)
+        return self
+
+    def i32(self, value: int) -> _Writer:
+        self.out += struct.pack(">i", value)
+        return self
+
+    def i64(self, value: int) -> _Writer:
+        self.out += struct.pack(">q", value)
+        return self
+
+    def string(self, value: str | None) -> _Writer:
+        if value is None:
+            return self.i16(-1)
+        raw = value.encode()
+        self.i16(len(raw))
+        self.out += raw
+        return self
+
+    def bytes_(self, value: bytes) -> _Writer:
+        self.i32(len(value))
+        self.out += value
+        return self
+
+
+class _Reader:
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.pos = 0
+
+    def _take(self, fmt: str) -> int:
+        (value,) = struct.unpack_from(fmt, self.data, self.pos)
+        self.pos += struct.calcsize(fmt)
+        return value
+
+    def i16(self) -> int:
+        return self._take(">h")
+
+    def i32(self) -> int:
+        return self._take(">i")
+
+    def i64(self) -> int:
+        return self._take(">q")
+
+    def string(self) -> str | None:
+        length = self.i16()
+        if length < 0:
+            return None
+        value = self.data[self.pos:self.pos + length].decode()
+        self.pos += length
+        return value
+
+    def bytes_(self) -> bytes:
+        length = self.i32()
+        value = self.data[self.pos:self.pos + max(length, 0)]
+        self.pos += max(length, 0)
+        return bytes(value)
+
+
+@dataclass(frozen=True)
+class OffsetKey:
+    group: str
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True)
+class GroupKey:
+    group: str
+
+
+@dataclass(frozen=True)
+class OffsetValue:
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_timestamp: int
+
+
+@dataclass(frozen=True)
+class MemberValue:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    subscription: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True)
+class GroupValue:
+    protocol_type: str
+    generation: int
+    protocol: str | None
+    leader: str | None
+    state_timestamp: int
+    members: tuple[MemberValue, ...]
+
+
+def encode_offset_key(key: OffsetKey) -> bytes:
+    return bytes(_Writer().i16(OFFSET_KEY_VERSION).string(key.group).string(key.topic)
+                 .i32(key.partition).out)
+
+
+def encode_group_key(key: GroupKey) -> bytes:
+    return bytes(_Writer().i16(GROUP_KEY_VERSION).string(key.group).out)
+
+
+def encode_offset_value(value: OffsetValue) -> bytes:
+    return bytes(_Writer().i16(OFFSET_VALUE_VERSION).i64(value.offset).i32(value.leader_epoch)
+                 .string(value.metadata).i64(value.commit_timestamp).out)
+
+
+def encode_group_value(value: GroupValue) -> bytes:
+    out = (_Writer().i16(GROUP_VALUE_VERSION).string(value.protocol_type).i32(value.generation)
+           .string(value.protocol).string(value.leader).i64(value.state_timestamp)
+           .i32(len(value.members)))
+    for member in value.members:
+        (out.string(member.member_id).string(member.group_instance_id).string(member.client_id)
+         .string(member.client_host).i32(member.rebalance_timeout_ms)
+         .i32(member.session_timeout_ms).bytes_(member.subscription).bytes_(member.assignment))
+    return bytes(out.out)
+
+
+def decode_key(data: bytes) -> OffsetKey | GroupKey | None:
+    """The key of a `__consumer_offsets` record; None for key types this broker ignores."""
+    reader = _Reader(data)
+    version = reader.i16()
+    if version in (0, 1):
+        return OffsetKey(reader.string() or "", reader.string() or "", reader.i32())
+    if version == 2:
+        return GroupKey(reader.string() or "")
+    return None
+
+
+def decode_offset_value(data: bytes) -> OffsetValue:
+    reader = _Reader(data)
+    version = reader.i16()
+    offset = reader.i64()
+    leader_epoch = reader.i32() if version >= 3 else -1
+    metadata = reader.string() or ""
+    commit_timestamp = reader.i64()
+    return OffsetValue(offset, leader_epoch, metadata, commit_timestamp)
+
+
+def decode_group_value(data: bytes) -> GroupValue:
+    reader = _Reader(data)
+    version = reader.i16()
+    protocol_type = reader.string() or ""
+    generation = reader.i32()
+    protocol = reader.string()
+    leader = reader.string()
+    state_timestamp = reader.i64() if version >= 2 else -1
+    members = []
+    for _ in range(reader.i32()):
+        member_id = reader.string() or ""
+        instance_id = reader.string() if version >= 3 else None
+        client_id = reader.string() or ""
+        client_host = reader.string() or ""
+        rebalance_timeout = reader.i32() if version >= 1 else -1
+        session_timeout = reader.i32()
+        rebalance_timeout = session_timeout if rebalance_timeout < 0 else rebalance_timeout
+        members.append(MemberValue(member_id, instance_id, client_id, client_host,
+                                   rebalance_timeout, session_timeout, reader.bytes_(),
+                                   reader.bytes_()))
+    return GroupValue(protocol_type, generation, protocol, leader, state_timestamp,
+                      tuple(members))

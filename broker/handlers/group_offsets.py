@@ -1,0 +1,70 @@
+"""Committed offsets: OffsetCommit, OffsetFetch and OffsetDelete."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from moldau.broker.coordinators.group.coordinator import OffsetCommit
+from moldau.broker.handlers.registry import Result, api, respond
+from moldau.broker.network.channel import Request
+from moldau.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from moldau.broker.server import Broker
+
+
+@api(8, "OffsetCommit", 2, 9)
+async def handle_offset_commit(broker: Broker, request: Request) -> Result:
+    body = request.body
+    commits = [OffsetCommit(topic.name, p.partition_index, p.committed_offset,
+                            getattr(p, "committed_leader_epoch", -1), p.committed_metadata)
+               for topic in body.topics for p in topic.partitions]
+    errors = iter(broker.groups.commit(
+        body.group_id, body.generation_id_or_member_epoch, body.member_id,
+        getattr(body, "group_instance_id", None), commits))
+    return respond(request, {"topics": [
+        {"name": topic.name, "partitions": [
+            {"partition_index": p.partition_index, "error_code": next(errors)}
+            for p in topic.partitions]}
+        for topic in body.topics]})
+
+
+def _fetch_group(broker: Broker, group_id: str, topics: Any) -> list[dict[str, Any]]:
+    wanted = None if topics is None else [(t.name, list(t.partition_indexes)) for t in topics]
+    found = broker.groups.fetch_offsets(group_id, wanted)
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for (topic, partition), stored in found.items():
+        by_topic.setdefault(topic, []).append({
+            "partition_index": partition, "error_code": ErrorCode.none,
+            "committed_offset": stored.offset if stored else -1,
+            "committed_leader_epoch": stored.leader_epoch if stored else -1,
+            "metadata": stored.metadata if stored else ""})
+    return [{"name": name, "partitions": partitions} for name, partitions in by_topic.items()]
+
+
+@api(9, "OffsetFetch", 1, 9)
+async def handle_offset_fetch(broker: Broker, request: Request) -> Result:
+    body = request.body
+    if request.header.api_version >= 8:
+        return respond(request, {"groups": [
+            {"group_id": group.group_id, "error_code": ErrorCode.none,
+             "topics": _fetch_group(broker, group.group_id, group.topics)}
+            for group in body.groups]})
+    return respond(request, {"error_code": ErrorCode.none,
+                             "topics": _fetch_group(broker, body.group_id, body.topics)})
+
+
+@api(47, "OffsetDelete", 0, 0)
+async def handle_offset_delete(broker: Broker, request: Request) -> Result:
+    body = request.body
+    partitions = [(topic.name, p.partition_index) for topic in body.topics
+                  for p in topic.partitions]
+    error, results = broker.groups.delete_offsets(body.group_id, partitions)
+    if error is not ErrorCode.none:
+        return respond(request, {"error_code": error, "topics": []})
+    errors = iter(results)
+    return respond(request, {"error_code": ErrorCode.none, "topics": [
+        {"name": topic.name, "partitions": [
+            {"partition_index": p.partition_index, "error_code": next(errors)}
+            for p in topic.partitions]}
+        for topic in body.topics]})

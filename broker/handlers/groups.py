@@ -1,0 +1,166 @@
+"""Group membership APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+DescribeGroups, ListGroups and DeleteGroups (Kafka's classic group protocol)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from moldau.broker.coordinators.group.group import GroupState, JoinResult, SyncResult
+from moldau.broker.handlers.registry import Deferred, Result, api, respond
+from moldau.broker.network.channel import Request
+from moldau.broker.network.response import Response
+from moldau.errors import ErrorCode, KafkaError
+from moldau.protocol.build import millis
+
+if TYPE_CHECKING:
+    from moldau.broker.server import Broker
+
+GROUP_KEY = 0
+TRANSACTION_KEY = 1
+GROUP_OPERATIONS = sum(1 << bit for bit in (3, 6, 8))  # READ, DELETE, DESCRIBE
+
+
+def client_host(request: Request) -> str:
+    # Kafka shows the client's address the way Java prints an InetAddress.
+    return "/" + request.client_address.rsplit(":", 1)[0]
+
+
+@api(10, "FindCoordinator", 0, 6)
+async def handle_find_coordinator(broker: Broker, request: Request) -> Result:
+    body = request.body
+    version = request.header.api_version
+    keys = list(body.coordinator_keys) if version >= 4 else [body.key]
+    key_type = body.key_type if version >= 1 else GROUP_KEY
+    endpoint = broker.endpoint_for(request.listener)
+    answers: list[dict[str, Any]] = []
+    for key in keys:
+        answer: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1}
+        if key_type == TRANSACTION_KEY:
+            answer.update(error_code=ErrorCode.coordinator_not_available,
+                          error_message="Transactions are not supported yet")
+        elif key_type != GROUP_KEY:
+            answer.update(error_code=ErrorCode.invalid_request,
+                          error_message=f"Unknown coordinator key type {key_type}")
+        else:
+            try:
+                await broker.offsets_topic.ensure_created()
+                answer.update(error_code=ErrorCode.none, node_id=broker.node_id,
+                              host=endpoint.host, port=endpoint.port)
+            except KafkaError as exc:
+                answer.update(error_code=ErrorCode.coordinator_not_available,
+                              error_message=exc.message)
+        answers.append(answer)
+    if version >= 4:
+        return respond(request, {"coordinators": answers})
+    return respond(request, answers[0])
+
+
+@api(11, "JoinGroup", 0, 9)
+async def handle_join_group(broker: Broker, request: Request) -> Result:
+    body = request.body
+    version = request.header.api_version
+    session_ms = millis(body.session_timeout)
+    rebalance_ms = millis(body.rebalance_timeout) if version >= 1 else session_ms
+
+    async def join() -> Response:
+        result: JoinResult = await broker.groups.join(
+            body.group_id, body.member_id, getattr(body, "group_instance_id", None),
+            request.header.client_id or "", client_host(request), session_ms, rebalance_ms,
+            body.protocol_type, [(p.name, p.metadata) for p in body.protocols],
+            require_known_member_id=version >= 4)
+        return respond(request, {
+            "error_code": result.error, "generation_id": result.generation,
+            "protocol_type": result.protocol_type, "protocol_name": result.protocol_name,
+            "leader": result.leader, "skip_assignment": result.skip_assignment,
+            "member_id": result.member_id,
+            "members": [{"member_id": m, "group_instance_id": i, "metadata": meta}
+                        for m, i, meta in result.members]})
+
+    return Deferred(join())
+
+
+@api(14, "SyncGroup", 0, 5)
+async def handle_sync_group(broker: Broker, request: Request) -> Result:
+    body = request.body
+
+    async def sync() -> Response:
+        result: SyncResult = await broker.groups.sync(
+            body.group_id, body.generation_id, body.member_id,
+            getattr(body, "group_instance_id", None), getattr(body, "protocol_type", None),
+            getattr(body, "protocol_name", None),
+            {a.member_id: a.assignment for a in body.assignments})
+        return respond(request, {"error_code": result.error,
+                                 "protocol_type": result.protocol_type,
+                                 "protocol_name": result.protocol_name,
+                                 "assignment": result.assignment})
+
+    return Deferred(sync())
+
+
+@api(12, "Heartbeat", 0, 4)
+async def handle_heartbeat(broker: Broker, request: Request) -> Result:
+    body = request.body
+    error = broker.groups.heartbeat(body.group_id, body.generation_id, body.member_id,
+                                    getattr(body, "group_instance_id", None))
+    return respond(request, {"error_code": error})
+
+
+@api(13, "LeaveGroup", 0, 5)
+async def handle_leave_group(broker: Broker, request: Request) -> Result:
+    body = request.body
+    if request.header.api_version <= 2:
+        [error] = broker.groups.leave(body.group_id, [(body.member_id, None)])
+        return respond(request, {"error_code": error})
+    leaving = [(m.member_id, m.group_instance_id) for m in body.members]
+    errors = broker.groups.leave(body.group_id, leaving)
+    return respond(request, {"error_code": ErrorCode.none, "members": [
+        {"member_id": member_id, "group_instance_id": instance_id, "error_code": error}
+        for (member_id, instance_id), error in zip(leaving, errors, strict=True)]})
+
+
+@api(15, "DescribeGroups", 0, 6)
+async def handle_describe_groups(broker: Broker, request: Request) -> Result:
+    body = request.body
+    version = request.header.api_version
+    with_ops = bool(getattr(body, "include_authorized_operations", False))
+    described = []
+    for group_id in body.groups:
+        group = broker.groups.groups.get(group_id)
+        if group is None:
+            entry: dict[str, Any] = {"group_id": group_id, "group_state": "Dead",
+                                     "protocol_type": "", "protocol_data": "", "members": [],
+                                     "error_code": ErrorCode.none}
+            if version >= 6:  # KIP-1043: say so instead of describing a dead group
+                entry.update(error_code=ErrorCode.group_id_not_found,
+                             error_message=f"Group {group_id} not found.")
+        else:
+            entry = {**group.describe(), "error_code": ErrorCode.none}
+        entry["authorized_operations"] = GROUP_OPERATIONS if with_ops else -2**31
+        described.append(entry)
+    return respond(request, {"groups": described})
+
+
+@api(16, "ListGroups", 0, 5)
+async def handle_list_groups(broker: Broker, request: Request) -> Result:
+    body = request.body
+    states = {state.lower() for state in getattr(body, "states_filter", ())}
+    types = {kind.lower() for kind in getattr(body, "types_filter", ())}
+    listed = []
+    for group in broker.groups.groups.values():
+        if group.is_(GroupState.DEAD):
+            continue
+        if states and group.state.value.lower() not in states:
+            continue
+        if types and "classic" not in types:
+            continue
+        listed.append({"group_id": group.group_id, "protocol_type": group.protocol_type or "",
+                       "group_state": group.state.value, "group_type": "classic"})
+    return respond(request, {"error_code": ErrorCode.none, "groups": listed})
+
+
+@api(42, "DeleteGroups", 0, 2)
+async def handle_delete_groups(broker: Broker, request: Request) -> Result:
+    names = list(request.body.groups_names)
+    errors = broker.groups.delete_groups(names)
+    return respond(request, {"results": [{"group_id": name, "error_code": error}
+                                         for name, error in zip(names, errors, strict=True)]})
