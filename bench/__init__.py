@@ -1,0 +1,1 @@
+"""Benchmarks: measured runs against real broker processes (not tests)."""
