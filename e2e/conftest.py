@@ -143,6 +143,9 @@ class Broker:
                                      + self.tail()) from None
         code = self.proc.returncode
         assert code == 0, f"broker exited with {code} after SIGTERM (want 0)\n" + self.tail()
+        # An unexpected exception anywhere in the broker is a bug, even if it kept serving.
+        log_text = self.stderr_path.read_text(errors="replace")
+        assert "Traceback" not in log_text, "the broker logged a traceback\n" + self.tail(200)
         return code
 
     def kill(self) -> None:

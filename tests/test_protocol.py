@@ -131,3 +131,12 @@ def test_none_becomes_empty_where_a_version_cannot_carry_null():
     assert old.protocol_name == ""
     assert new.protocol_name is None
     encode_response(1, old)
+
+
+def test_null_in_a_non_nullable_array_is_malformed():
+    # Produce v9: transactional_id (null), acks, timeout, topic_data as a null compact array.
+    body = b"\x00" + b"\x00\x01" + b"\x00\x00\x03\xe8" + b"\x00" + b"\x00"
+    frame = b"\x00\x00\x00\x09\x00\x00\x00\x01\xff\xff\x00" + body
+    header = parse_header(frame, flexible=True)
+    with pytest.raises(MalformedRequest, match="topic_data"):
+        decode_request(0, 9, frame, header.size)

@@ -45,6 +45,7 @@ class Connection:
         self.max_request_bytes = max_request_bytes
         self.idle_timeout_s = idle_timeout_s
         self.client_software: tuple[str, str] | None = None  # from ApiVersions (KIP-511)
+        self.closing = False
 
     async def serve(self) -> None:
         loop = asyncio.get_running_loop()
@@ -70,11 +71,17 @@ class Connection:
         except (ConnectionError, asyncio.IncompleteReadError):
             log.debug("Connection from %s closed by the client", self.peer)
         except asyncio.CancelledError:
-            raise
+            if not self.closing:
+                raise
+            # Broker shutdown: end quietly (a cancelled stream task gets logged by asyncio).
         except Exception:
             log.exception("Closing connection from %s after an internal error", self.peer)
         finally:
             self.writer.close()
+
+    def close(self) -> None:
+        self.closing = True
+        self.writer.close()
 
     async def _read_frame(self) -> bytes | None:
         try:

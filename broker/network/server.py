@@ -23,7 +23,7 @@ class SocketServer:
         self.decode = decode
         self.ready = ready
         self._servers: list[asyncio.Server] = []
-        self._connections: set[asyncio.Task[None]] = set()
+        self._connections: dict[asyncio.Task[None], Connection] = {}
         self._per_ip: Counter[str] = Counter()
         self.bound: list[Endpoint] = []
 
@@ -60,11 +60,11 @@ class SocketServer:
             idle_timeout_s=self.config["connections.max.idle.ms"] / 1000)
         task = asyncio.current_task()
         assert task is not None
-        self._connections.add(task)
+        self._connections[task] = connection
         try:
             await connection.serve()
         finally:
-            self._connections.discard(task)
+            self._connections.pop(task, None)
             self._per_ip[ip] -= 1
             if self._per_ip[ip] <= 0:
                 del self._per_ip[ip]
@@ -87,7 +87,8 @@ class SocketServer:
         """Stop accepting, then close every connection (in-flight handlers finish on their own)."""
         for server in self._servers:
             server.close()
-        for task in list(self._connections):
+        for task, connection in list(self._connections.items()):
+            connection.close()
             task.cancel()
         if self._connections:
             await asyncio.gather(*self._connections, return_exceptions=True)

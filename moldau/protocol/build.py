@@ -123,5 +123,22 @@ def build(cls: type, data: Mapping[str, Any]) -> Any:
     return cls(**kwargs)
 
 
+def null_field(entity: Any) -> str | None:
+    """The path of a non-nullable field that holds None (Kafka's parser rejects those), else
+    None. Walks nested entities; record bytes are leaves, so this stays cheap."""
+    for field in _plan(type(entity)):
+        value = getattr(entity, field.name)
+        if value is None:
+            if not field.optional:
+                return field.name
+            continue
+        if field.nested is not None:
+            for item in (value if field.sequence else (value,)):
+                inner = null_field(item)
+                if inner is not None:
+                    return f"{field.name}.{inner}"
+    return None
+
+
 def millis(value: datetime.timedelta) -> int:
     return round(value.total_seconds() * 1000)

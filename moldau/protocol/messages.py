@@ -17,6 +17,8 @@ from kio.index import load_payload_module
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
+from moldau.protocol.build import null_field
+
 log = logging.getLogger("moldau.protocol")
 
 _HEADER_FIXED = struct.Struct(">hhi")
@@ -122,6 +124,10 @@ def decode_request(api_key: int, version: int, frame: bytes | memoryview, offset
         body, size = _reader(api_key, version)(frame, offset)
     except Exception as exc:  # the native reader raises several types
         raise MalformedRequest(f"cannot decode {api_key} v{version}: {exc}") from None
+    missing = null_field(body)
+    if missing is not None:
+        raise MalformedRequest(f"non-nullable field {missing} of api {api_key} v{version} "
+                               "was serialized as null")
     if offset + size < len(frame):
         # Kafka's parser ignores bytes after the last field, and librdkafka relies on it
         # (its Metadata v12 request carries three extra bytes), so do the same.
