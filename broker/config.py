@@ -108,6 +108,14 @@ BROKER_CONFIG = ConfigDef([
               between(0, 1)),
     ConfigKey("log.cleaner.min.compaction.lag.ms", T.LONG, 0, "Compaction lag"),
     ConfigKey("log.cleaner.max.compaction.lag.ms", T.LONG, LONG_MAX, "Compaction lag"),
+    ConfigKey("log.cleaner.enable", T.BOOLEAN, True, "Run the log cleaner (compaction)"),
+    ConfigKey("log.cleaner.threads", T.INT, 1, "Log cleaner threads", at_least(0)),
+    ConfigKey("log.cleaner.dedupe.buffer.size", T.LONG, 134217728, "Offset map memory, all "
+              "cleaner threads together", at_least(1)),
+    ConfigKey("log.cleaner.io.buffer.size", T.INT, 524288, "Cleaner read/write buffer "
+              "memory", at_least(0)),
+    ConfigKey("log.cleaner.backoff.ms", T.LONG, 15000, "Cleaner sleep when no log needs "
+              "cleaning", at_least(0)),
     ConfigKey("num.recovery.threads.per.data.dir", T.INT, 2, "Recovery threads", at_least(1)),
     # Consumer groups.
     ConfigKey("group.initial.rebalance.delay.ms", T.INT, 3000, "Wait for more members before "

@@ -16,6 +16,7 @@ from moldau.broker.handlers import apis as _apis  # noqa: F401 - registers every
 from moldau.broker.handlers.api_versions import unsupported_version_response
 from moldau.broker.handlers.pool import RequestHandlerPool
 from moldau.broker.handlers.registry import decode_frame, dispatch
+from moldau.broker.log.cleaner import CleanerConfig
 from moldau.broker.log.manager import LogManager
 from moldau.broker.metadata.controller import Controller
 from moldau.broker.metadata.image import MetadataImage
@@ -70,7 +71,8 @@ class Broker:
             recovery_threads=self.config["num.recovery.threads.per.data.dir"],
             producer_id_expiration_ms=self.config["producer.id.expiration.ms"],
             retention_check_interval_ms=self.config["log.retention.check.interval.ms"],
-            reserved_dirs=frozenset({METADATA_DIR}))
+            reserved_dirs=frozenset({METADATA_DIR}),
+            cleaner_config=CleanerConfig.from_values(self.config.values))
         self.replicas = ReplicaManager(self.node_id, self.config, self.logs, self.image,
                                        self.config["num.io.threads"])
         await asyncio.to_thread(self.logs.load, {

@@ -48,14 +48,17 @@ from .config import LogConfig
 from .leader_epoch import LeaderEpochCache
 from .producer_state import ProducerStateManager
 from .segment import (
+    CLEANED_SUFFIX,
     DELETED_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,
+    SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
     CorruptSegmentError,
     DeletionScheduler,
     LogSegment,
     default_scheduler,
+    segment_file_name,
 )
 
 log = logging.getLogger(__name__)
@@ -87,6 +90,24 @@ class LogReadResult(NamedTuple):
     def read_bytes(self) -> bytes:
         """Copy the slices into memory (tests, and transports without sendfile)."""
         return b"".join(s.read() for s in self.slices)
+
+
+class CleanerView(NamedTuple):
+    """What the log cleaner needs to know about a log, taken at one moment under its lock."""
+
+    segments: list[LogSegment]  # every segment, the active one last
+    sizes: list[int]  # their sizes at that moment
+    log_start_offset: int
+    log_end_offset: int
+    high_watermark: int
+    first_unstable_offset: int | None
+    # Producer id -> base offset of its newest batch: kept by the cleaner even when every
+    # record in it is superseded, so producer state rebuilt from the log stays right.
+    producer_last_batches: dict[int, int]
+    # Lowest offset the log was truncated to since the previous view (None if it was not).
+    truncated_to: int | None
+    generation: int  # changes with every truncation; replace_segments checks it
+    config: LogConfig
 
 
 class AppendInfo(NamedTuple):
@@ -140,6 +161,12 @@ class PartitionLog:
         self._epochs: LeaderEpochCache | None = None
         self._topic_id: uuid.UUID | None = None
         self._closed = False
+        # Bumped by every truncation so that a cleaning started before one is not swapped in.
+        self._generation = 0
+        self._truncated_to: int | None = None
+        # Told (under the lock) of every truncation: the log cleaner lowers and saves its
+        # checkpoint, so records written again after it never pass for clean.
+        self.truncation_listener: Callable[[PartitionLog, int], None] | None = None
 
     # -- opening -----------------------------------------------------------------------------
 
@@ -179,6 +206,7 @@ class PartitionLog:
 
     def _load(self, recovery_point: int, log_start_offset: int, clean_shutdown: bool,
               high_watermark: int | None) -> None:
+        self._complete_interrupted_swaps()
         self._remove_leftover_files()
         for base in self._segment_bases_on_disk():
             self._add_segment(LogSegment.open(self._dir_path, base, **self._segment_args()))
@@ -250,9 +278,57 @@ class PartitionLog:
         return True
 
     def _remove_leftover_files(self) -> None:
+        # `.cleaned` files are a cleaning that never reached its swap: the segments they were
+        # built from are all still in place. Index `.swap` files left after the swaps were
+        # completed are stale (the completed segments get their indexes rebuilt).
         for name in os.listdir(self._dir_path):
-            if name.endswith((DELETED_SUFFIX, ".tmp")):
+            if name.endswith((DELETED_SUFFIX, ".tmp", CLEANED_SUFFIX, SWAP_SUFFIX)):
                 os.remove(os.path.join(self._dir_path, name))
+
+    def _complete_interrupted_swaps(self) -> None:
+        """Finish segment replacements (log cleaning) that a crash interrupted.
+
+        A `<base>.log.swap` file is only ever created once the cleaned data is complete and
+        synced, so it always wins: every segment whose base offset falls in the offset range
+        it covers is deleted (some may already be `.deleted`) and it takes its final name.
+        Its indexes are rebuilt when the segment is loaded, as the index files are removed.
+
+        Old segments of the swap's group that start past its last offset (the cleaning
+        removed all their records) are not identified and stay if not yet renamed. That is
+        still a consistent log: they are a tail of the group, so whatever superseded their
+        records lies after them and is still there; the next cleaning removes them again.
+        """
+        names = os.listdir(self._dir_path)
+        swap_suffix = LOG_SUFFIX + SWAP_SUFFIX
+        bases = sorted(int(n[:-len(swap_suffix)]) for n in names
+                       if n.endswith(swap_suffix) and n[:-len(swap_suffix)].isdigit())
+        for base in bases:
+            swap = LogSegment(self._dir_path, base, suffix=SWAP_SUFFIX, **self._segment_args())
+            end = base
+            try:
+                for _, h in swap.iter_headers():
+                    end = h.next_offset
+            except CorruptSegmentError as e:
+                # Cannot happen short of disk damage (the file was synced before its rename);
+                # the valid prefix is kept and the load validates it.
+                log.error("%s: swap segment %d: %s", self.name, base, e)
+            finally:
+                swap.close()
+            upper = max(end, base + 1)  # an emptied segment still replaces the one at `base`
+            replaced = []
+            for name in os.listdir(self._dir_path):
+                for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                    stem = name[:-len(suffix)]
+                    if name.endswith(suffix) and stem.isdigit() and base <= int(stem) < upper:
+                        os.remove(os.path.join(self._dir_path, name))
+                        if suffix == LOG_SUFFIX:
+                            replaced.append(int(stem))
+            os.rename(os.path.join(self._dir_path, segment_file_name(base, swap_suffix)),
+                      os.path.join(self._dir_path, segment_file_name(base, LOG_SUFFIX)))
+            log.warning("%s: completed an interrupted segment swap: segment %d (offsets below "
+                        "%d) replaces segment(s) %s", self.name, base, upper, sorted(replaced))
+        if bases:
+            fsync_dir(self._dir_path)
 
     def _segment_bases_on_disk(self) -> list[int]:
         names = os.listdir(self._dir_path)
@@ -379,6 +455,11 @@ class PartitionLog:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def generation(self) -> int:
+        """Changes with every truncation (cleaning started before one is not swapped in)."""
+        return self._generation
 
     def __repr__(self) -> str:
         return (f"PartitionLog({self.name}, start={self._log_start_offset}, "
@@ -753,6 +834,66 @@ class PartitionLog:
         seg.mark_deleted()
         self._scheduler.schedule(self._config.file_delete_delay_ms, seg.unlink_deleted)
 
+    # -- log cleaning ------------------------------------------------------------------------
+
+    def cleaner_view(self) -> CleanerView:
+        """The segments and offsets the cleaner works from; resets the truncation mark."""
+        with self._lock:
+            self._check_open()
+            truncated_to, self._truncated_to = self._truncated_to, None
+            last_batches = {pid: e.batches[-1].first_offset
+                            for pid, e in self._producers.producers.items() if e.batches}
+            return CleanerView(list(self._segments), [s.size for s in self._segments],
+                               self._log_start_offset, self._log_end_offset,
+                               self._high_watermark, self._producers.first_unstable_offset(),
+                               last_batches, truncated_to, self._generation, self._config)
+
+    def replace_segments(self, new: LogSegment, old: Sequence[LogSegment], generation: int,
+                         hook: Callable[[str], None] | None = None) -> bool:
+        """Swap the cleaned segment `new` (files named `*.cleaned`) in for `old`.
+
+        `old` must still be consecutive sealed segments of this log, unchanged since the view
+        of `generation` was taken, and `new` starts at the first one's base offset; otherwise
+        nothing happens and False is returned (the caller discards `new`).
+
+        On disk: `.cleaned` -> `.swap`, old segments -> `.deleted`, `.swap` -> final names. A
+        crash anywhere in between is finished at start-up (`_complete_interrupted_swaps`).
+        Old files are unlinked after file.delete.delay.ms; reads holding them keep working.
+        `hook` is called with the name of each step ("cleaned", "swap", "deleted") for fault
+        injection in tests.
+        """
+        with self._lock:
+            if self._closed or generation != self._generation or not old:
+                return False
+            segments = self._segments
+            try:
+                i = next(k for k, s in enumerate(segments) if s is old[0])
+            except StopIteration:
+                return False
+            n = len(old)
+            if (i + n >= len(segments) or new.base_offset != old[0].base_offset
+                    or any(a is not b or a.deleted for a, b in zip(segments[i:i + n], old,
+                                                                    strict=True))):
+                return False
+            if hook is not None:
+                hook("cleaned")
+            new.set_suffix(SWAP_SUFFIX)
+            fsync_dir(self._dir_path)  # the swap must be on disk before any old file goes
+            if hook is not None:
+                hook("swap")
+            for seg in old:
+                seg.mark_deleted()
+            if hook is not None:
+                hook("deleted")
+            new.set_suffix("")
+            fsync_dir(self._dir_path)
+            segments[i:i + n] = [new]
+            self._bases[i:i + n] = [new.base_offset]
+            self._positions.clear()
+            for seg in old:
+                self._scheduler.schedule(self._config.file_delete_delay_ms, seg.unlink_deleted)
+            return True
+
     # -- truncation (replication) ------------------------------------------------------------
 
     def truncate_to(self, offset: int) -> None:
@@ -780,6 +921,7 @@ class PartitionLog:
             self._after_truncation()
 
     def _truncate_fully_and_start_at(self, offset: int) -> None:
+        self._note_truncation(offset)
         for seg in list(self._segments):
             self._remove_segment(seg)
         self._add_segment(LogSegment.create(self._dir_path, offset, **self._segment_args()))
@@ -788,8 +930,19 @@ class PartitionLog:
         if self._epochs is not None:
             self._epochs.clear()
 
+    def _note_truncation(self, offset: int) -> None:
+        self._generation += 1
+        if self._truncated_to is None or offset < self._truncated_to:
+            self._truncated_to = offset
+        if self.truncation_listener is not None:
+            try:
+                self.truncation_listener(self, offset)
+            except Exception:  # the truncation itself must not fail over bookkeeping
+                log.exception("%s: truncation listener failed", self.name)
+
     def _after_truncation(self) -> None:
         leo = self._log_end_offset
+        self._note_truncation(leo)
         self._positions.clear()
         self._log_start_offset = min(self._log_start_offset, leo)
         self._high_watermark = min(max(self._high_watermark, self._log_start_offset), leo)
@@ -939,6 +1092,7 @@ def _first_record(data: bytes, h: BatchHeader,
 
 __all__ = [
     "AppendInfo",
+    "CleanerView",
     "FileSlice",
     "LogReadResult",
     "PartitionLog",

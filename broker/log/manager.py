@@ -6,6 +6,7 @@ Each log directory holds:
     .kafka_cleanshutdown                present only after a clean shutdown
     recovery-point-offset-checkpoint    offsets below which each log is known to be flushed
     log-start-offset-checkpoint         each log's start offset (moved by DeleteRecords)
+    cleaner-offset-checkpoint           offsets below which compacted logs are clean
     <topic>-<partition>/                one PartitionLog
     <topic>-<partition>.<hex>-delete/   a deleted partition awaiting removal
 """
@@ -32,6 +33,7 @@ from .checkpoint import (
     read_offsets,
     write_offsets,
 )
+from .cleaner import CleanerConfig, LogCleaner
 from .config import LogConfig
 from .log import PartitionLog, parse_partition_dir, partition_dir_name
 from .segment import DeletionScheduler
@@ -54,7 +56,8 @@ class LogManager:
     def __init__(self, log_dirs: list[str], *, default_config: LogConfig,
                  recovery_threads: int = 2, producer_id_expiration_ms: int = 86400000,
                  retention_check_interval_ms: int = 300000,
-                 reserved_dirs: frozenset[str] = frozenset()) -> None:
+                 reserved_dirs: frozenset[str] = frozenset(),
+                 cleaner_config: CleanerConfig | None = None) -> None:
         if not log_dirs:
             raise ValueError("at least one log directory is required")
         self.log_dirs = [os.path.abspath(d) for d in log_dirs]
@@ -71,6 +74,8 @@ class LogManager:
         self._scheduler = DeletionScheduler()
         self._last_retention_ms = 0
         self._last_checkpoint_ms = 0
+        # Compaction of cleanup.policy=compact logs, on its own threads (started by load()).
+        self.cleaner = LogCleaner(self.all_logs, cleaner_config)
 
     # -- start-up ----------------------------------------------------------------------------
 
@@ -130,12 +135,13 @@ class LogManager:
         self.checkpoint()
         log.info("Loaded %d partition log(s) from %d log dir(s) in %.2fs", len(loaded),
                  len(self.log_dirs), time.monotonic() - started)
+        self.cleaner.start()
         return loaded
 
     def _open_log(self, d: str, path: str, topic: str, partition: int, clean: bool,
                   recovery_point: int, log_start_offset: int) -> PartitionLog:
         try:
-            return PartitionLog.open(
+            plog = PartitionLog.open(
                 path, topic, partition, self.config_for(topic), recovery_point=recovery_point,
                 log_start_offset=log_start_offset, clean_shutdown=clean,
                 producer_id_expiration_ms=self.producer_id_expiration_ms,
@@ -143,6 +149,8 @@ class LogManager:
         except Exception:
             log.exception("%s: failed to load the partition log", path)
             raise
+        plog.truncation_listener = self.cleaner.note_truncation
+        return plog
 
     def _lock_dir(self, d: str) -> None:
         if d in self._lock_fds:
@@ -206,6 +214,7 @@ class LogManager:
                 recovery_point=0, log_start_offset=0, clean_shutdown=True,
                 producer_id_expiration_ms=self.producer_id_expiration_ms, topic_id=topic_id,
                 scheduler=self._scheduler)
+            plog.truncation_listener = self.cleaner.note_truncation
             fsync_dir(d)
             self._logs[tp] = plog
             self._log_dir_of[tp] = d
@@ -223,6 +232,8 @@ class LogManager:
         target = os.path.join(d, f"{plog.name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
         plog.rename_for_deletion(target)
         fsync_dir(d)
+        # After the log is closed, so a cleaning in flight cannot record it again.
+        self.cleaner.forget(d, topic, partition)
         log.info("Deleted log %s (directory renamed to %s for removal)", plog.name,
                  os.path.basename(target))
         self._remove_dir_later(target, plog.config.file_delete_delay_ms)
@@ -296,6 +307,7 @@ class LogManager:
     def shutdown(self) -> None:
         """Flush and close every log, write checkpoints and the clean shutdown markers."""
         failed_dirs: set[str] = set()
+        self.cleaner.shutdown()  # before the logs close under it
         with self._lock:
             items = list(self._logs.items())
         for tp, plog in items:

@@ -34,6 +34,10 @@ LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 DELETED_SUFFIX = ".deleted"
+# A segment being written by the log cleaner, and one about to replace the segments it covers
+# (see PartitionLog.replace_segments and the start-up recovery of interrupted swaps).
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
 MAGIC_V2 = 2
 SCAN_CHUNK = 8192
 RECOVER_CHUNK = 1 << 20
@@ -85,21 +89,22 @@ class _ChunkReader:
 
 class LogSegment:
     def __init__(self, dir_path: str, base_offset: int, *, index_interval_bytes: int,
-                 max_index_bytes: int, roll_jitter_ms: int = 0, truncate: bool = False) -> None:
+                 max_index_bytes: int, roll_jitter_ms: int = 0, truncate: bool = False,
+                 suffix: str = "") -> None:
         self.dir_path = dir_path
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.roll_jitter_ms = roll_jitter_ms
-        self.log_path = os.path.join(dir_path, segment_file_name(base_offset, LOG_SUFFIX))
+        # Extra suffix after every file name (`.cleaned`, `.swap`); "" for a live segment.
+        self.suffix = suffix
+        self.log_path = self._path(LOG_SUFFIX, suffix)
         self.file = _open_data_file(self.log_path, truncate)
         self.fd = self.file.fileno()
         self.size = os.fstat(self.fd).st_size
-        self.offset_index = OffsetIndex(
-            os.path.join(dir_path, segment_file_name(base_offset, INDEX_SUFFIX)),
-            base_offset, max_index_bytes)
-        self.time_index = TimeIndex(
-            os.path.join(dir_path, segment_file_name(base_offset, TIME_INDEX_SUFFIX)),
-            base_offset, max_index_bytes)
+        self.offset_index = OffsetIndex(self._path(INDEX_SUFFIX, suffix), base_offset,
+                                        max_index_bytes)
+        self.time_index = TimeIndex(self._path(TIME_INDEX_SUFFIX, suffix), base_offset,
+                                    max_index_bytes)
         self.next_offset = base_offset
         self.max_timestamp = -1
         # Base offset of the batch holding max_timestamp; the exact record is found on demand.
@@ -116,11 +121,15 @@ class LogSegment:
 
     @classmethod
     def create(cls, dir_path: str, base_offset: int, *, index_interval_bytes: int,
-               max_index_bytes: int, roll_jitter_ms: int = 0) -> LogSegment:
-        """A new, empty segment (any stale files with the same name are emptied)."""
+               max_index_bytes: int, roll_jitter_ms: int = 0, suffix: str = "") -> LogSegment:
+        """A new, empty segment (any stale files with the same name are emptied).
+
+        A `suffix` (e.g. `.cleaned`) keeps the files out of the log's sight until
+        `set_suffix("")` gives them their final names.
+        """
         seg = cls(dir_path, base_offset, index_interval_bytes=index_interval_bytes,
                   max_index_bytes=max_index_bytes, roll_jitter_ms=roll_jitter_ms,
-                  truncate=True)
+                  truncate=True, suffix=suffix)
         seg.offset_index.reset([])
         seg.time_index.reset([])
         return seg
@@ -170,6 +179,23 @@ class LogSegment:
         if self.size >= HEADER_SIZE:
             first = parse_header(os.pread(self.fd, HEADER_SIZE, 0))
             self.first_batch_timestamp = first.max_timestamp
+
+    def _path(self, kind: str, suffix: str) -> str:
+        return os.path.join(self.dir_path, segment_file_name(self.base_offset, kind) + suffix)
+
+    def set_suffix(self, suffix: str) -> None:
+        """Rename the three files to end in `suffix` ("" for the final names).
+
+        The data file goes last: its name is what start-up recovery goes by, so the indexes
+        are never left behind under the old suffix once the data file has moved.
+        """
+        with self._io_lock:
+            self.offset_index.rename(self._path(INDEX_SUFFIX, suffix))
+            self.time_index.rename(self._path(TIME_INDEX_SUFFIX, suffix))
+            new_log_path = self._path(LOG_SUFFIX, suffix)
+            os.rename(self.log_path, new_log_path)
+            self.log_path = new_log_path
+            self.suffix = suffix
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -411,6 +437,13 @@ class LogSegment:
         """Remove the segment's files now (the data file closes when no read holds it)."""
         self.mark_deleted()
         self.unlink_deleted()
+
+    def discard(self) -> None:
+        """Close and remove the files of a segment no reader has seen (an abandoned cleaning)."""
+        self.close()
+        for path in (self.log_path, self.offset_index.path, self.time_index.path):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
 
     def __repr__(self) -> str:
         return (f"LogSegment(base={self.base_offset}, size={self.size}, "
