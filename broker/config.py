@@ -74,7 +74,8 @@ BROKER_CONFIG = ConfigDef([
     # Log.
     ConfigKey("log.dirs", T.LIST, None, "Directories of the log data"),
     ConfigKey("log.dir", T.STRING, DEFAULT_LOG_DIRS, "Log directory, if log.dirs is unset"),
-    ConfigKey("log.segment.bytes", T.INT, 1073741824, "Segment size", at_least(14)),
+    ConfigKey("log.segment.bytes", T.INT, 1073741824, "Segment size (Kafka 4: at least 1 MiB)",
+              at_least(1048576)),
     ConfigKey("log.roll.ms", T.LONG, None, "Segment roll time; overrides log.roll.hours"),
     ConfigKey("log.roll.hours", T.INT, 168, "Segment roll time", at_least(1)),
     ConfigKey("log.roll.jitter.ms", T.LONG, None, "Roll jitter"),
