@@ -93,3 +93,53 @@ def test_legacy_produce_versions_get_unsupported_version(module_broker, version)
             assert reader.int32() == 0
         reader.done()
         assert api_versions_answered(conn, 8)
+
+
+def test_offset_for_leader_epoch(module_broker):
+    from e2e.support import ck_create_topic, ck_produce, make_records, unique
+    from e2e.wire import compact_array, compact_string
+
+    topic = unique("epochs")
+    ck_create_topic(module_broker.bootstrap, topic)
+    ck_produce(module_broker.bootstrap, topic, make_records(5))
+
+    def ask(leader_epoch: int, current_leader_epoch: int) -> tuple[int, int, int]:
+        partition = int32(0) + int32(current_leader_epoch) + int32(leader_epoch) + wire.TAGS
+        body = (int32(-1) + compact_array([compact_string(topic) + compact_array([partition])
+                                           + wire.TAGS]) + wire.TAGS)
+        with Conn(module_broker.bootstrap) as conn:
+            conn.send(wire.request(23, 4, 3, body, flexible=True))
+            correlation_id, reader = conn.recv_response(header_v1=True)
+            assert correlation_id == 3
+            reader.int32()  # throttle time
+            assert reader.compact_array_len() == 1
+            assert reader.compact_string() == topic
+            assert reader.compact_array_len() == 1
+            error, index = reader.int16(), reader.int32()
+            epoch, end_offset = reader.int32(), reader.int64()
+            assert index == 0
+            return error, epoch, end_offset
+
+    # The only epoch so far (0) ends at the log end; later epochs are unknown to the log.
+    assert ask(0, -1) == (wire.NONE, 0, 5)
+    assert ask(0, 0) == (wire.NONE, 0, 5)
+    # A client that believes in a newer leader epoch than the broker's is told so.
+    assert ask(0, 7)[0] == 75  # UNKNOWN_LEADER_EPOCH
+
+
+def test_clients_cannot_produce_to_internal_topics(module_broker):
+    from confluent_kafka import Consumer, Producer
+
+    # Any group use creates __consumer_offsets.
+    consumer = Consumer({"bootstrap.servers": module_broker.bootstrap, "group.id": "internal"})
+    consumer.list_topics(timeout=10)
+    assert consumer.committed([], timeout=10) == []
+    consumer.close()
+    results = []
+    producer = Producer({"bootstrap.servers": module_broker.bootstrap,
+                         "message.timeout.ms": 10000})
+    producer.produce("__consumer_offsets", b"x", partition=0,
+                     on_delivery=lambda err, msg: results.append(err))
+    producer.flush(15)
+    assert len(results) == 1 and results[0] is not None
+    assert results[0].code() == 17  # INVALID_TOPIC_EXCEPTION

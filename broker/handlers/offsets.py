@@ -81,3 +81,25 @@ async def handle_delete_records(broker: Broker, request: Request) -> Result:
     # Deleting segments touches the disk: keep it off the event loop.
     topics = await asyncio.to_thread(delete_all)
     return respond(request, {"topics": topics})
+
+
+@api(23, "OffsetForLeaderEpoch", 2, 4)
+async def handle_offset_for_leader_epoch(broker: Broker, request: Request) -> Result:
+    """KIP-101/320: the end offset of a leader epoch, so a client (or, later, a follower)
+    can tell whether its position is still on the leader's log."""
+    topics = []
+    for topic in request.body.topics:
+        partitions = []
+        for wanted in topic.partitions:
+            entry: dict[str, Any] = {"partition": wanted.partition}
+            try:
+                partition = broker.replicas.leader(topic.topic, wanted.partition)
+                check_leader_epoch(partition, wanted.current_leader_epoch)
+                epoch, end_offset = partition.log.end_offset_for_epoch(wanted.leader_epoch)
+                entry.update(error_code=ErrorCode.none, leader_epoch=epoch,
+                             end_offset=end_offset)
+            except KafkaError as exc:
+                entry.update(error_code=exc.code)
+            partitions.append(entry)
+        topics.append({"topic": topic.topic, "partitions": partitions})
+    return respond(request, {"topics": topics})

@@ -21,6 +21,7 @@ from moldau.broker.log.config import TOPIC_CONFIG, LogConfig
 from moldau.broker.log.log import AppendInfo, PartitionLog
 from moldau.broker.log.manager import LogManager
 from moldau.broker.log.validation import RecordValidationError, validate_records
+from moldau.broker.metadata.controller import INTERNAL_TOPICS
 from moldau.broker.metadata.image import MetadataImage
 from moldau.broker.metadata.records import (
     TOPIC_RESOURCE,
@@ -161,6 +162,9 @@ class ReplicaManager:
     def _append_one(self, topic: str, index: int, records: bytes | None, acks: int,
                     produce_version: int) -> ProduceResult:
         try:
+            if topic in INTERNAL_TOPICS:
+                raise KafkaError(ErrorCode.invalid_topic_exception,
+                                 f"Cannot append to internal topic {topic}")
             partition = self.leader(topic, index)
             partition_log = partition.log
             config = partition_log.config
