@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install tools run test lint fmt docs clean
+.PHONY: install tools kafka-deps run test lint fmt docs clean
 
 install: $(STAMP)
 
@@ -20,12 +20,17 @@ tools:
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq kcat; }
 
+## Apache Kafka's broker, tools and Java client from Maven Central (needs java, javac, mvn),
+## cached outside the repository (MOLDAU_KAFKA_HOME overrides where: java/fetch-kafka.sh).
+kafka-deps:
+	bash java/fetch-kafka.sh
+
 ## Start one broker on localhost:9092, data under ./data/broker (see README.md).
 run: install
 	$(BIN)/moldau broker
 
 ## Run the whole test suite (unit tests and real-client end-to-end tests).
-test: install tools
+test: install tools kafka-deps
 	$(BIN)/ruff check .
 	$(BIN)/pytest
 

@@ -117,6 +117,16 @@ BROKER_CONFIG = ConfigDef([
               "memory", at_least(0)),
     ConfigKey("log.cleaner.backoff.ms", T.LONG, 15000, "Cleaner sleep when no log needs "
               "cleaning", at_least(0)),
+    ConfigKey("log.local.retention.bytes", T.LONG, -2, "Local retention size with tiered "
+              "storage; -2 follows log.retention.bytes", at_least(-2)),
+    ConfigKey("log.local.retention.ms", T.LONG, -2, "Local retention time with tiered "
+              "storage; -2 follows log.retention.ms", at_least(-2)),
+    ConfigKey("compression.gzip.level", T.INT, -1, "gzip level when the broker compresses",
+              between(-1, 9)),
+    ConfigKey("compression.lz4.level", T.INT, 9, "lz4 level when the broker compresses",
+              between(1, 17)),
+    ConfigKey("compression.zstd.level", T.INT, 3, "zstd level when the broker compresses",
+              between(-131072, 22)),
     ConfigKey("num.recovery.threads.per.data.dir", T.INT, 2, "Recovery threads", at_least(1)),
     # Consumer groups.
     ConfigKey("group.initial.rebalance.delay.ms", T.INT, 3000, "Wait for more members before "

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import socket
 import time
+from collections.abc import Sequence
 
 from moldau.broker.config import BrokerConfig, Endpoint
 from moldau.broker.coordinators.group.coordinator import GroupCoordinator, GroupSettings
@@ -21,6 +22,7 @@ from moldau.broker.log.manager import LogManager
 from moldau.broker.metadata.controller import Controller
 from moldau.broker.metadata.image import MetadataImage
 from moldau.broker.metadata.log import METADATA_DIR, MetadataLog
+from moldau.broker.metadata.records import MetadataRecord, RemoveTopicRecord
 from moldau.broker.network.channel import Request, RequestChannel
 from moldau.broker.network.connection import Connection
 from moldau.broker.network.server import SocketServer
@@ -113,6 +115,15 @@ class Broker:
         if self.offsets_topic.exists:
             await asyncio.to_thread(self.groups.load, self.offsets_topic.read_all())
         self.groups.start_timers()
+        self.groups.drop_offsets_of_deleted_topics(self._topic_exists)
+        self.controller.subscribe(self._on_group_metadata)
+
+    def _topic_exists(self, topic: str) -> bool:
+        return topic in self.image.topics
+
+    def _on_group_metadata(self, records: Sequence[MetadataRecord]) -> None:
+        if any(isinstance(record, RemoveTopicRecord) for record in records):
+            self.groups.drop_offsets_of_deleted_topics(self._topic_exists)
 
     def _partition_exists(self, topic: str, partition: int) -> bool:
         image = self.image.topics.get(topic)

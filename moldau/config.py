@@ -64,6 +64,14 @@ def one_of(*choices: str, case_sensitive: bool = True) -> Validator:
     return check
 
 
+def one_of_bool(*allowed: bool) -> Validator:
+    def check(name: str, value: Any) -> None:
+        if value is not None and value not in allowed:
+            raise ConfigError(f"Invalid value {str(value).lower()} for configuration {name}: "
+                              f"only {', '.join(str(a).lower() for a in allowed)} is supported")
+    return check
+
+
 @dataclass(frozen=True)
 class ConfigKey:
     name: str
@@ -116,8 +124,11 @@ def _coerce(key: ConfigKey, raw: Any) -> Any:
         if kind is ConfigType.LIST:
             return [item.strip() for item in text.split(",") if item.strip()]
     except ValueError:
+        # Kafka's ConfigDef wording, which tools and users recognise.
+        expected = "Expected value to be either true or false" \
+            if kind is ConfigType.BOOLEAN else f"Not a number of type {kind.name}"
         raise ConfigError(f"Invalid value {raw} for configuration {key.name}: "
-                          f"Expected a value of type {kind.name.lower()}") from None
+                          f"{expected}") from None
     return text
 
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from moldau.broker.config import BROKER_CONFIG
 from moldau.broker.handlers.registry import Result, api, respond
-from moldau.broker.log.config import BROKER_SYNONYM, TOPIC_CONFIG
+from moldau.broker.log.config import BROKER_SYNONYMS, TOPIC_CONFIG
 from moldau.broker.metadata.controller import ConfigChange
 from moldau.broker.metadata.records import BROKER_RESOURCE, TOPIC_RESOURCE
 from moldau.broker.network.channel import Request
@@ -28,29 +28,39 @@ def _broker_value(broker: Broker, prop: str) -> tuple[str | None, int]:
     return key.render(broker.config[prop]), source
 
 
+def _broker_synonyms(broker: Broker, name: str) -> list[tuple[str, str | None, int]]:
+    """Kafka's rule: every synonym's value set in server.properties, then every synonym's
+    own default, with leading entries dropped until the primary synonym appears. So
+    retention.ms shows nothing when only the derived log.retention.hours default exists."""
+    props = BROKER_SYNONYMS[name]
+    chain = [(prop, BROKER_CONFIG[prop].render(broker.config.overrides[prop]),
+              STATIC_BROKER_CONFIG) for prop in props if prop in broker.config.overrides]
+    chain += [(prop, BROKER_CONFIG[prop].render(BROKER_CONFIG[prop].default), DEFAULT_CONFIG)
+              for prop in props if BROKER_CONFIG[prop].default is not None]
+    while chain and chain[0][0] != props[0]:
+        chain.pop(0)
+    return chain
+
+
 def topic_config_entries(broker: Broker, topic: str, *, keys: Any = None,
                          synonyms: bool = False, documentation: bool = False
                          ) -> list[dict[str, Any]]:
     overrides = broker.image.topic_configs(topic)
+    effective = broker.replicas.log_config_for(topic)
     entries = []
     for name, key in sorted(TOPIC_CONFIG.keys.items()):
         if keys and name not in keys:
             continue
-        chain = []  # most specific first, as Kafka lists synonyms
+        chain = _broker_synonyms(broker, name)
         if name in overrides:
-            chain.append((name, overrides[name], TOPIC_CONFIG_SOURCE))
-        prop = BROKER_SYNONYM[name]
-        if prop is None:
-            chain.append((name, key.render(key.default), DEFAULT_CONFIG))
-        else:
-            # The broker's effective value: set in server.properties, or its own default.
-            chain.append((prop, *_broker_value(broker, prop)))
-        _, value, source = chain[0]
+            chain.insert(0, (name, overrides[name], TOPIC_CONFIG_SOURCE))
+        value = key.render(getattr(effective, name.replace(".", "_")))
         entries.append({
-            "name": name, "value": value, "read_only": False, "config_source": source,
+            "name": name, "value": value, "read_only": False,
+            "config_source": chain[0][2] if chain else DEFAULT_CONFIG,
             "is_sensitive": key.sensitive, "config_type": key.type.value,
             "documentation": key.doc if documentation else None,
-            "synonyms": [{"name": n, "value": v, "source": s} for n, v, s in chain]
+            "synonyms": [{"name": n, "value": v, "source": src} for n, v, src in chain]
             if synonyms else [],
         })
     return entries

@@ -111,3 +111,43 @@ async def handle_metadata(broker: Broker, request: Request) -> Result:
         "topics": topics,
         "cluster_authorized_operations": -2**31,
     })
+
+
+@api(75, "DescribeTopicPartitions", 0, 0)
+async def handle_describe_topic_partitions(broker: Broker, request: Request) -> Result:
+    """KIP-966: topics in name order, partitions paged by a cursor and a partition limit.
+    There is no eligible leader replica (ELR) election, so those lists are empty."""
+    body = request.body
+    image = broker.image
+    names = sorted({t.name for t in body.topics} if body.topics else image.topics)
+    cursor = body.cursor
+    if cursor is not None:
+        names = [name for name in names if name >= cursor.topic_name]
+    budget = max(min(body.response_partition_limit, 2000), 1)
+    topics: list[dict[str, Any]] = []
+    next_cursor = None
+    for name in names:
+        topic = image.topics.get(name)
+        if topic is None:
+            topics.append(_error_topic(name, ErrorCode.unknown_topic_or_partition))
+            continue
+        described = describe_topic(topic, with_operations=True)
+        first = cursor.partition_index if cursor is not None and \
+            name == cursor.topic_name else 0
+        partitions = [p for p in described["partitions"] if p["partition_index"] >= first]
+        if len(partitions) > budget:
+            next_cursor = {"topic_name": name,
+                           "partition_index": partitions[budget]["partition_index"]}
+            partitions = partitions[:budget]
+        for partition in partitions:
+            partition.update(eligible_leader_replicas=[], last_known_elr=[])
+        described["partitions"] = partitions
+        topics.append(described)
+        budget -= len(partitions)
+        if next_cursor is not None:
+            break
+        if budget == 0 and name != names[-1]:
+            following = names[names.index(name) + 1]
+            next_cursor = {"topic_name": following, "partition_index": 0}
+            break
+    return respond(request, {"topics": topics, "next_cursor": next_cursor})

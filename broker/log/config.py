@@ -14,6 +14,7 @@ from moldau.config import (
     at_least,
     between,
     one_of,
+    one_of_bool,
 )
 
 COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
@@ -71,10 +72,41 @@ _TOPIC_KEYS: list[tuple[ConfigKey, str | None]] = [
                at_least(1)), "log.roll.ms"),
     (ConfigKey("unclean.leader.election.enable", T.BOOLEAN, False, "Allow out-of-sync "
                "replicas to become leader"), "unclean.leader.election.enable"),
+    # Kept and shown as Kafka does; they take effect with recompression, replication
+    # throttling and tiered storage, which Moldau does not do yet.
+    (ConfigKey("compression.gzip.level", T.INT, -1, "gzip level when the broker compresses "
+               "(stored; the broker keeps producer batches as they are)", between(-1, 9)),
+     "compression.gzip.level"),
+    (ConfigKey("compression.lz4.level", T.INT, 9, "lz4 level when the broker compresses "
+               "(stored; the broker keeps producer batches as they are)", between(1, 17)),
+     "compression.lz4.level"),
+    (ConfigKey("compression.zstd.level", T.INT, 3, "zstd level when the broker compresses "
+               "(stored; the broker keeps producer batches as they are)", between(-131072, 22)),
+     "compression.zstd.level"),
+    (ConfigKey("follower.replication.throttled.replicas", T.LIST, [], "Replicas throttled "
+               "as followers (stored; no throttling yet)"), None),
+    (ConfigKey("leader.replication.throttled.replicas", T.LIST, [], "Replicas throttled as "
+               "leaders (stored; no throttling yet)"), None),
+    (ConfigKey("local.retention.bytes", T.LONG, -2, "Local retention size with tiered "
+               "storage; -2 follows retention.bytes", at_least(-2)), "log.local.retention.bytes"),
+    (ConfigKey("local.retention.ms", T.LONG, -2, "Local retention time with tiered storage; "
+               "-2 follows retention.ms", at_least(-2)), "log.local.retention.ms"),
+    (ConfigKey("remote.log.copy.disable", T.BOOLEAN, False, "Stop copying to tiered storage"),
+     None),
+    (ConfigKey("remote.log.delete.on.disable", T.BOOLEAN, False, "Delete remote data when "
+               "tiered storage is disabled"), None),
+    (ConfigKey("remote.storage.enable", T.BOOLEAN, False, "Tiered storage (not available: "
+               "only false is accepted)", one_of_bool(False)), None),
 ]
 
 TOPIC_CONFIG = ConfigDef(key for key, _ in _TOPIC_KEYS)
 BROKER_SYNONYM: dict[str, str | None] = {key.name: prop for key, prop in _TOPIC_KEYS}
+# Every broker property that can set a topic default, most specific first (Kafka's synonyms).
+BROKER_SYNONYMS: dict[str, list[str]] = {
+    name: [prop] if prop else [] for name, prop in BROKER_SYNONYM.items()}
+BROKER_SYNONYMS["retention.ms"] += ["log.retention.minutes", "log.retention.hours"]
+BROKER_SYNONYMS["segment.ms"] += ["log.roll.hours"]
+BROKER_SYNONYMS["segment.jitter.ms"] += ["log.roll.jitter.hours"]
 
 
 @dataclass(frozen=True)
@@ -104,6 +136,16 @@ class LogConfig:
     segment_jitter_ms: int = 0
     segment_ms: int = 604800000
     unclean_leader_election_enable: bool = False
+    compression_gzip_level: int = -1
+    compression_lz4_level: int = 9
+    compression_zstd_level: int = 3
+    follower_replication_throttled_replicas: tuple[str, ...] = ()
+    leader_replication_throttled_replicas: tuple[str, ...] = ()
+    local_retention_bytes: int = -2
+    local_retention_ms: int = -2
+    remote_log_copy_disable: bool = False
+    remote_log_delete_on_disable: bool = False
+    remote_storage_enable: bool = False
 
     @property
     def compact(self) -> bool:

@@ -290,11 +290,11 @@ class Controller:
             current = len(topic.partitions)
             if count < current:
                 raise KafkaError(ErrorCode.invalid_partitions,
-                                 f"Topic currently has {current} partitions, which is higher "
-                                 f"than the requested {count}.")
+                                 f"The topic {name} currently has {current} partition(s); "
+                                 f"{count} would not be an increase.")
             if count == current:
                 raise KafkaError(ErrorCode.invalid_partitions,
-                                 f"Topic already has {current} partitions.")
+                                 f"Topic already has {current} partition(s).")
             factor = len(topic.partitions[0].replicas)
             brokers = self.live_brokers()
             if assignments is not None:

@@ -585,6 +585,25 @@ class GroupCoordinator:
             self._write(group_id, records)
         return ErrorCode.none, results
 
+    def drop_offsets_of_deleted_topics(self, exists: Callable[[str], bool]) -> int:
+        """Forget offsets of topics that no longer exist, as Kafka does when a topic is
+        deleted (otherwise tools describing the group fail on the missing topic)."""
+        dropped = 0
+        for group in list(self.groups.values()):
+            gone = [key for key in group.offsets if not exists(key[0])]
+            if not gone:
+                continue
+            for key in gone:
+                del group.offsets[key]
+            self._write(group.group_id, [
+                (encode_offset_key(OffsetKey(group.group_id, topic, partition)), None)
+                for topic, partition in gone])
+            dropped += len(gone)
+            # A group left without offsets stays until the periodic expiry removes it.
+        if dropped:
+            log.info("Dropped %d committed offset(s) of deleted topics", dropped)
+        return dropped
+
     def delete_groups(self, group_ids: Sequence[str]) -> list[ErrorCode]:
         results = []
         for group_id in group_ids:

@@ -1,0 +1,1 @@
+"""Raft for the KRaft-style controller quorum: a pure state machine, its log and a simulator."""
