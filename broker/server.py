@@ -111,7 +111,9 @@ class Broker:
             settings,
             write=lambda group_id, records: self.offsets_topic.write(
                 partition_for(group_id, partitions), records),
-            partition_exists=self._partition_exists)
+            partition_exists=self._partition_exists,
+            coordinates=lambda group_id: self.offsets_topic.leads(
+                partition_for(group_id, partitions)))
         if self.offsets_topic.exists:
             await asyncio.to_thread(self.groups.load, self.offsets_topic.read_all())
         self.groups.start_timers()

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e.support import forget_clients
+from e2e.support import WorkerPool, forget_clients
 
 READY_MARKER = "moldau broker ready"
 START_TIMEOUT = 20.0
@@ -239,6 +239,15 @@ def module_broker(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
     instance = _new_broker(tmp_path_factory.mktemp("module-broker"), overrides)
     yield instance
     instance.close()
+
+
+@pytest.fixture
+def group_workers(tmp_path: Path) -> Iterator[WorkerPool]:
+    """start(client, bootstrap, group, topics, **spec) -> a consumer process (support.py);
+    every process still running at the end of the test is killed."""
+    pool = WorkerPool(tmp_path / "workers")
+    yield pool
+    pool.shutdown()
 
 
 @pytest.hookimpl(hookwrapper=True)

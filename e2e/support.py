@@ -7,14 +7,21 @@ against the records they sent, field by field and byte for byte.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
+import queue
 import random
 import shutil
+import signal
 import subprocess
+import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 CONSUME_TIMEOUT = 30.0
@@ -506,3 +513,499 @@ def assert_idempotent_batches(batches: list, producers: int = 1) -> list[int]:
         next_sequence[batch.producer_id] += batch.record_count
     assert len(order) == producers, f"producer ids {order}, want {producers} distinct"
     return order
+
+
+# --------------------------------------------------------------------------- group consumers
+#
+# A consumer group member in its own process, so a test can close it, kill -9 it, or let it
+# stall, and several client libraries can share one group. The process reports what happens
+# as JSON lines on stdout and takes commands on stdin:
+#
+#   events   {"ev": "ready" | "assignment" | "assigned" | "revoked" | "lost" | "batch" |
+#             "committed" | "commit_failed" | "error" | "closed", "t": time.monotonic(), ...}
+#            "assignment" carries the partitions the consumer holds after a change, "batch"
+#            the records it processed ([topic, partition, offset, value]), "committed" the
+#            offsets of a batch acknowledged by the broker ([topic, partition, next offset]).
+#   commands "close" (close the consumer as an application would, then exit 0),
+#            "die-after-batch" (process the next non-empty batch, then SIGKILL itself before
+#            committing it), "stall SECONDS" (stop polling that long).
+
+WORKER_SCRIPT = "from e2e.support import group_worker_main; group_worker_main()"
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+class GroupWorker:
+    """One consumer process (see above) and the events it has reported so far."""
+
+    def __init__(self, spec: dict, workdir: Path) -> None:
+        self.spec = spec
+        self.name = spec.get("client_id") or spec["client"]
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.stderr_path = workdir / f"{self.name}-{uuid.uuid4().hex[:6]}.stderr"
+        self.events: list[dict] = []
+        self._cond = threading.Condition()
+        with open(self.stderr_path, "wb") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", WORKER_SCRIPT, json.dumps(spec)], cwd=REPO_ROOT,
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                start_new_session=True)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            with self._cond:
+                self.events.append(event)
+                self._cond.notify_all()
+        with self._cond:
+            self.events.append({"ev": "exit", "t": time.monotonic()})
+            self._cond.notify_all()
+
+    # --- observing
+
+    def of(self, kind: str) -> list[dict]:
+        with self._cond:
+            return [e for e in self.events if e["ev"] == kind]
+
+    def wait_for(self, predicate: Callable[[dict], object], timeout: float, what: str) -> dict:
+        """The first event (already seen or still to come) that satisfies `predicate`."""
+        deadline = time.monotonic() + timeout
+        seen = 0
+        with self._cond:
+            while True:
+                for event in self.events[seen:]:
+                    if predicate(event):
+                        return event
+                seen = len(self.events)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(f"{self.name}: no {what} within {timeout} s; events: "
+                                         f"{self.summary()}\n{self.tail()}")
+                self._cond.wait(left)
+
+    def assignment(self) -> set[tuple[str, int]]:
+        """The partitions held according to the last report."""
+        reports = self.of("assignment")
+        return {tuple(tp) for tp in reports[-1]["tps"]} if reports else set()
+
+    def wait_assignment(self, predicate: Callable[[set], object], timeout: float,
+                        what: str, after: float = 0.0) -> dict:
+        """The first assignment report after `after` (monotonic time) that fits."""
+        return self.wait_for(
+            lambda e: e["ev"] == "assignment" and e["t"] >= after and
+            predicate({tuple(tp) for tp in e["tps"]}), timeout, what)
+
+    def summary(self) -> str:
+        with self._cond:
+            events = list(self.events)
+        keep = [e for e in events if e["ev"] not in ("batch", "committed")]
+        return json.dumps(keep[-25:]) + f" (+{len(events) - len(keep)} batch/commit events)"
+
+    def tail(self, lines: int = 30) -> str:
+        text = self.stderr_path.read_text(errors="replace").splitlines()
+        return f"--- stderr of {self.name}:\n" + "\n".join(text[-lines:])
+
+    # --- controlling
+
+    def send(self, command: str) -> None:
+        self.proc.stdin.write(command.encode() + b"\n")
+        self.proc.stdin.flush()
+
+    def close(self, timeout: float = 30) -> None:
+        """Ask the consumer to close itself (as an application shutting down does)."""
+        self.send("close")
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"{self.name} did not close within {timeout} s\n"
+                                 + self.tail()) from None
+        assert code == 0, f"{self.name} exited with {code}\n{self.tail()}"
+
+    def kill(self) -> None:
+        """kill -9: no LeaveGroup, no commit, sockets just vanish."""
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+
+class WorkerPool:
+    """Starts workers with common defaults; `shutdown()` kills whatever is left."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.workers: list[GroupWorker] = []
+
+    def start(self, client: str, bootstrap: str, group: str, topics: list[str],
+              **spec: object) -> GroupWorker:
+        full = {"client": client, "bootstrap": bootstrap, "group": group, "topics": topics,
+                "client_id": f"{client}-{len(self.workers)}", "session_ms": 6000,
+                "heartbeat_ms": 500, "max_poll_ms": 30000, "commit": "batch",
+                "assignor": None, "instance_id": None, "config": {}}
+        full.update(spec)
+        worker = GroupWorker(full, self.workdir)
+        self.workers.append(worker)
+        return worker
+
+    def shutdown(self) -> None:
+        for worker in self.workers:
+            worker.kill()
+
+
+def group_worker_main() -> None:
+    spec = json.loads(sys.argv[1])
+    commands: queue.Queue[str] = queue.Queue()
+
+    def read_commands() -> None:
+        for line in sys.stdin:
+            commands.put(line.strip())
+        commands.put("close")  # the test process went away
+
+    threading.Thread(target=read_commands, daemon=True).start()
+    runner = {"kp": _kp_worker, "aio": _aio_worker, "ck": _ck_worker}[spec["client"]]
+    runner(spec, commands)
+
+
+def _emit(kind: str, **fields: object) -> None:
+    fields.update(ev=kind, t=time.monotonic())
+    sys.stdout.write(json.dumps(fields) + "\n")
+    sys.stdout.flush()
+
+
+class _Loop:
+    """What every worker does around its client: commands, assignment reports, batches."""
+
+    def __init__(self, spec: dict, commands: queue.Queue) -> None:
+        self.spec = spec
+        self.commands = commands
+        self.reported: list = []
+        self.die_after_batch = False
+        self.errors: set[str] = set()
+
+    def next_command(self) -> str | None:
+        """Handle commands that need no client; return "close" or None."""
+        while True:
+            try:
+                command = self.commands.get_nowait()
+            except queue.Empty:
+                return None
+            if command == "close":
+                return command
+            if command == "die-after-batch":
+                self.die_after_batch = True
+            elif command.startswith("stall "):
+                _emit("stalled", seconds=float(command.split()[1]))
+                time.sleep(float(command.split()[1]))
+                _emit("resumed")
+
+    def report_assignment(self, tps: Iterable) -> None:
+        current = sorted({(tp[0], tp[1]) for tp in tps})
+        if current != self.reported:
+            self.reported = current
+            _emit("assignment", tps=current)
+
+    def processed(self, recs: list[list]) -> None:
+        _emit("batch", recs=recs)
+        if self.die_after_batch:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def error(self, text: str, **fields: object) -> None:
+        if text not in self.errors:
+            self.errors.add(text)
+            _emit("error", error=text, **fields)
+
+
+def _next_offsets(recs: list[list]) -> dict[tuple[str, int], int]:
+    out: dict[tuple[str, int], int] = {}
+    for topic, partition, offset, _ in recs:
+        out[(topic, partition)] = max(out.get((topic, partition), -1), offset + 1)
+    return out
+
+
+def _text(value: bytes | None) -> str | None:
+    return None if value is None else value.decode(errors="replace")
+
+
+def _kp_worker(spec: dict, commands: queue.Queue) -> None:
+    from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition
+    from kafka.consumer.subscription_state import ConsumerRebalanceListener
+    from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
+    from kafka.coordinator.assignors.range import RangePartitionAssignor
+    from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+    from kafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
+    from kafka.errors import KafkaError
+
+    assignors = {"range": RangePartitionAssignor, "roundrobin": RoundRobinPartitionAssignor,
+                 "sticky": StickyPartitionAssignor,
+                 "cooperative-sticky": CooperativeStickyAssignor}
+    config = {"bootstrap_servers": spec["bootstrap"], "group_id": spec["group"],
+              "client_id": spec["client_id"], "auto_offset_reset": "earliest",
+              "enable_auto_commit": spec["commit"] == "auto",
+              "session_timeout_ms": spec["session_ms"],
+              "heartbeat_interval_ms": spec["heartbeat_ms"],
+              "max_poll_interval_ms": spec["max_poll_ms"],
+              "group_instance_id": spec["instance_id"]}
+    if spec["assignor"]:
+        config["partition_assignment_strategy"] = [assignors[n] for n in spec["assignor"]]
+    config.update(spec["config"])
+    loop = _Loop(spec, commands)
+
+    class Listener(ConsumerRebalanceListener):
+        def on_partitions_revoked(self, revoked) -> None:
+            _emit("revoked", tps=sorted((tp.topic, tp.partition) for tp in revoked))
+
+        def on_partitions_assigned(self, assigned) -> None:
+            _emit("assigned", tps=sorted((tp.topic, tp.partition) for tp in assigned))
+
+        def on_partitions_lost(self, lost) -> None:
+            _emit("lost", tps=sorted((tp.topic, tp.partition) for tp in lost))
+
+    consumer = KafkaConsumer(**config)
+    consumer.subscribe(spec["topics"], listener=Listener())
+    _emit("ready")
+    while loop.next_command() != "close":
+        try:
+            polled = consumer.poll(timeout_ms=200)
+        except KafkaError as exc:
+            loop.error(type(exc).__name__, detail=str(exc))
+            time.sleep(0.2)
+            continue
+        loop.report_assignment((tp.topic, tp.partition) for tp in consumer.assignment())
+        recs = [[m.topic, m.partition, m.offset, _text(m.value)]
+                for msgs in polled.values() for m in msgs]
+        if not recs:
+            continue
+        loop.processed(recs)
+        if spec["commit"] != "batch":
+            continue
+        offsets = _next_offsets(recs)
+        try:
+            consumer.commit({TopicPartition(t, p): OffsetAndMetadata(o, "", -1)
+                             for (t, p), o in offsets.items()})
+        except KafkaError as exc:
+            _emit("commit_failed", error=type(exc).__name__, detail=str(exc))
+        else:
+            _emit("committed", offsets=[[t, p, o] for (t, p), o in offsets.items()])
+    consumer.close(autocommit=False)
+    _emit("closed")
+
+
+def _aio_worker(spec: dict, commands: queue.Queue) -> None:
+    asyncio.run(_aio_worker_main(spec, commands))
+
+
+async def _aio_worker_main(spec: dict, commands: queue.Queue) -> None:
+    from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+    from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+    from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+    from aiokafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
+    from aiokafka.errors import KafkaError
+
+    assignors = {"range": RangePartitionAssignor, "roundrobin": RoundRobinPartitionAssignor,
+                 "sticky": StickyPartitionAssignor}
+    config = {"bootstrap_servers": spec["bootstrap"], "group_id": spec["group"],
+              "client_id": spec["client_id"], "auto_offset_reset": "earliest",
+              "enable_auto_commit": spec["commit"] == "auto",
+              "session_timeout_ms": spec["session_ms"],
+              "heartbeat_interval_ms": spec["heartbeat_ms"],
+              "max_poll_interval_ms": spec["max_poll_ms"],
+              "group_instance_id": spec["instance_id"]}
+    if spec["assignor"]:
+        config["partition_assignment_strategy"] = tuple(assignors[n] for n in spec["assignor"])
+    config.update(spec["config"])
+    loop = _Loop(spec, commands)
+    # Process-and-commit and revocation exclude each other, so a batch is committed (or its
+    # commit fails) before its partitions can move: the pattern aiokafka documents.
+    lock = asyncio.Lock()
+
+    class Listener(ConsumerRebalanceListener):
+        async def on_partitions_revoked(self, revoked) -> None:
+            async with lock:
+                _emit("revoked", tps=sorted((tp.topic, tp.partition) for tp in revoked))
+
+        async def on_partitions_assigned(self, assigned) -> None:
+            _emit("assigned", tps=sorted((tp.topic, tp.partition) for tp in assigned))
+
+    consumer = AIOKafkaConsumer(**config)
+    await consumer.start()
+    consumer.subscribe(spec["topics"], listener=Listener())
+    _emit("ready")
+
+    while loop.next_command() != "close":
+        try:
+            polled = await consumer.getmany(timeout_ms=200)
+        except KafkaError as exc:
+            loop.error(type(exc).__name__, detail=str(exc))
+            await asyncio.sleep(0.2)
+            continue
+        # No await between getmany returning and taking the lock: the records are still ours.
+        async with lock:
+            loop.report_assignment((tp.topic, tp.partition) for tp in consumer.assignment())
+            recs = [[m.topic, m.partition, m.offset, _text(m.value)]
+                    for msgs in polled.values() for m in msgs]
+            if not recs:
+                continue
+            loop.processed(recs)
+            if spec["commit"] != "batch":
+                continue
+            offsets = _next_offsets(recs)
+            try:
+                await consumer.commit({TopicPartition(t, p): o for (t, p), o in offsets.items()})
+            except KafkaError as exc:
+                _emit("commit_failed", error=type(exc).__name__, detail=str(exc))
+            else:
+                _emit("committed", offsets=[[t, p, o] for (t, p), o in offsets.items()])
+    await consumer.stop()
+    _emit("closed")
+
+
+def _ck_worker(spec: dict, commands: queue.Queue) -> None:
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    config = {"bootstrap.servers": spec["bootstrap"], "group.id": spec["group"],
+              "client.id": spec["client_id"], "auto.offset.reset": "earliest",
+              "enable.auto.commit": spec["commit"] == "auto",
+              "session.timeout.ms": spec["session_ms"],
+              "heartbeat.interval.ms": spec["heartbeat_ms"],
+              "max.poll.interval.ms": spec["max_poll_ms"]}
+    if spec["assignor"]:
+        config["partition.assignment.strategy"] = ",".join(spec["assignor"])
+    if spec["instance_id"]:
+        config["group.instance.id"] = spec["instance_id"]
+    config.update(spec["config"])
+    loop = _Loop(spec, commands)
+
+    def tps(partitions: list) -> list:
+        return sorted((tp.topic, tp.partition) for tp in partitions)
+
+    def on_assign(consumer, partitions: list) -> None:
+        _emit("assigned", tps=tps(partitions))
+
+    def on_revoke(consumer, partitions: list) -> None:
+        _emit("revoked", tps=tps(partitions))
+
+    def on_lost(consumer, partitions: list) -> None:
+        _emit("lost", tps=tps(partitions))
+
+    consumer = Consumer(config)
+    consumer.subscribe(spec["topics"], on_assign=on_assign, on_revoke=on_revoke,
+                       on_lost=on_lost)
+    _emit("ready")
+    while loop.next_command() != "close":
+        msgs = consumer.consume(num_messages=500, timeout=0.2)
+        loop.report_assignment((tp.topic, tp.partition) for tp in consumer.assignment())
+        recs = []
+        for m in msgs:
+            if m.error():
+                err = m.error()
+                loop.error(err.name(), code=err.code(), fatal=err.fatal(), detail=err.str())
+            else:
+                recs.append([m.topic(), m.partition(), m.offset(), _text(m.value())])
+        if not recs:
+            continue
+        loop.processed(recs)
+        if spec["commit"] != "batch":
+            continue
+        offsets = _next_offsets(recs)
+        try:
+            result = consumer.commit(offsets=[TopicPartition(t, p, o)
+                                              for (t, p), o in offsets.items()],
+                                     asynchronous=False)
+        except KafkaException as exc:
+            err = exc.args[0]
+            _emit("commit_failed", error=err.name(), detail=err.str())
+            continue
+        failed = [(tp.topic, tp.partition, tp.error.name()) for tp in result if tp.error]
+        if failed:
+            _emit("commit_failed", error=failed[0][2], detail=str(failed))
+        else:
+            _emit("committed", offsets=[[t, p, o] for (t, p), o in offsets.items()])
+    consumer.close()
+    _emit("closed")
+
+
+def wait_split(workers: list[GroupWorker], partitions: set[tuple[str, int]], timeout: float,
+               hold: float = 1.0) -> list[set[tuple[str, int]]]:
+    """Wait until the workers hold disjoint, non-empty sets of partitions that together are
+    exactly `partitions`, unchanged for `hold` seconds; return those sets."""
+    deadline = time.monotonic() + timeout
+    since: float | None = None
+    last: list[set] | None = None
+    while True:
+        current = [w.assignment() for w in workers]
+        fits = all(current) and sum(map(len, current)) == len(partitions) and \
+            set().union(*current) == partitions
+        now = time.monotonic()
+        if fits and current == last:
+            assert since is not None
+            if now - since >= hold:
+                return current
+        elif fits:
+            since, last = now, current
+        else:
+            since, last = None, None
+        if now > deadline:
+            raise AssertionError(
+                f"no stable split of {len(partitions)} partitions within {timeout} s: "
+                + "; ".join(f"{w.name}={sorted(a)}" for w, a in zip(workers, current, strict=True))
+                + "\n" + "\n".join(w.summary() for w in workers))
+        time.sleep(0.1)
+
+
+def ck_produce_numbered(bootstrap: str, topic: str, numbers: Iterable[int], partitions: int,
+                        rate: float | None = None, stop: threading.Event | None = None
+                        ) -> dict[tuple[int, int], int]:
+    """Produce the value str(n) to partition n % partitions for each n (at most `rate` per
+    second, until `stop` is set); return {(partition, offset): n} from the delivery reports."""
+    producer = ck_producer(bootstrap)
+    delivered: dict[tuple[int, int], int] = {}
+    errors: list[str] = []
+
+    def report(n: int) -> Callable:
+        def callback(err, msg) -> None:
+            if err is not None:
+                errors.append(str(err))
+            else:
+                delivered[(msg.partition(), msg.offset())] = n
+        return callback
+
+    started = time.monotonic()
+    for index, n in enumerate(numbers):
+        if stop is not None and stop.is_set():
+            break
+        if rate:
+            ahead = started + index / rate - time.monotonic()
+            if ahead > 0:
+                producer.poll(ahead)
+        producer.produce(topic, value=str(n).encode(), partition=n % partitions,
+                         on_delivery=report(n))
+        producer.poll(0)
+    assert producer.flush(30) == 0, "records not delivered within 30 s"
+    assert not errors, f"delivery errors: {errors[:3]}"
+    return delivered
+
+
+def ck_describe_group(bootstrap: str, group: str):
+    return ck_admin(bootstrap).describe_consumer_groups([group], request_timeout=15)[group] \
+        .result(timeout=20)
+
+
+def ck_committed(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
+    """The group's committed offsets, as the admin API lists them."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    future = ck_admin(bootstrap).list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group)], request_timeout=15)[group]
+    result = future.result(timeout=20)
+    for tp in result.topic_partitions:
+        assert tp.error is None, f"{tp.topic}[{tp.partition}]: {tp.error}"
+    return {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions
+            if tp.offset >= 0}

@@ -42,16 +42,25 @@ def _fetch_group(broker: Broker, group_id: str, topics: Any) -> list[dict[str, A
     return [{"name": name, "partitions": partitions} for name, partitions in by_topic.items()]
 
 
+def _fetch_error(broker: Broker, group_id: str) -> ErrorCode:
+    return ErrorCode.none if broker.groups.coordinates(group_id) else ErrorCode.not_coordinator
+
+
 @api(9, "OffsetFetch", 1, 9)
 async def handle_offset_fetch(broker: Broker, request: Request) -> Result:
     body = request.body
     if request.header.api_version >= 8:
-        return respond(request, {"groups": [
-            {"group_id": group.group_id, "error_code": ErrorCode.none,
-             "topics": _fetch_group(broker, group.group_id, group.topics)}
-            for group in body.groups]})
-    return respond(request, {"error_code": ErrorCode.none,
-                             "topics": _fetch_group(broker, body.group_id, body.topics)})
+        groups = []
+        for group in body.groups:
+            error = _fetch_error(broker, group.group_id)
+            groups.append({"group_id": group.group_id, "error_code": error,
+                           "topics": _fetch_group(broker, group.group_id, group.topics)
+                           if error is ErrorCode.none else []})
+        return respond(request, {"groups": groups})
+    error = _fetch_error(broker, body.group_id)
+    return respond(request, {"error_code": error,
+                             "topics": _fetch_group(broker, body.group_id, body.topics)
+                             if error is ErrorCode.none else []})
 
 
 @api(47, "OffsetDelete", 0, 0)
@@ -59,6 +68,8 @@ async def handle_offset_delete(broker: Broker, request: Request) -> Result:
     body = request.body
     partitions = [(topic.name, p.partition_index) for topic in body.topics
                   for p in topic.partitions]
+    if not broker.groups.coordinates(body.group_id):
+        return respond(request, {"error_code": ErrorCode.not_coordinator, "topics": []})
     error, results = broker.groups.delete_offsets(body.group_id, partitions)
     if error is not ErrorCode.none:
         return respond(request, {"error_code": error, "topics": []})

@@ -67,7 +67,8 @@ async def handle_join_group(broker: Broker, request: Request) -> Result:
             body.group_id, body.member_id, getattr(body, "group_instance_id", None),
             request.header.client_id or "", client_host(request), session_ms, rebalance_ms,
             body.protocol_type, [(p.name, p.metadata) for p in body.protocols],
-            require_known_member_id=version >= 4)
+            require_known_member_id=version >= 4,
+            supports_skip_assignment=version >= 9)
         return respond(request, {
             "error_code": result.error, "generation_id": result.generation,
             "protocol_type": result.protocol_type, "protocol_name": result.protocol_name,
@@ -126,7 +127,10 @@ async def handle_describe_groups(broker: Broker, request: Request) -> Result:
     described = []
     for group_id in body.groups:
         group = broker.groups.groups.get(group_id)
-        if group is None:
+        if not broker.groups.coordinates(group_id):
+            entry = {"group_id": group_id, "group_state": "", "protocol_type": "",
+                     "protocol_data": "", "members": [], "error_code": ErrorCode.not_coordinator}
+        elif group is None:
             entry: dict[str, Any] = {"group_id": group_id, "group_state": "Dead",
                                      "protocol_type": "", "protocol_data": "", "members": [],
                                      "error_code": ErrorCode.none}

@@ -353,7 +353,11 @@ class RaftNode:
     def _persist(self, state: QuorumState, actions: Actions) -> None:
         if state != self._persisted:
             self._persisted = state
-            actions.append(PersistState(state))
+            if actions and isinstance(actions[-1], PersistState):
+                # Nothing happened in between (e.g. a new epoch, then a vote in it): one write.
+                actions[-1] = PersistState(state)
+            else:
+                actions.append(PersistState(state))
 
     def _leave_leadership(self, actions: Actions) -> None:
         # Later fetch offsets of this node must only cover durable entries.

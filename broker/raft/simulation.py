@@ -50,6 +50,10 @@ from moldau.broker.raft.state import QuorumState, RaftConfig, Role
 
 LIVENESS_MS = 30_000  # a calm phase must commit a probe on every node within this much time
 DEFAULT_STEPS = 2000
+# "mixed" draws fault rates and batch sizes from each seed; "churn" fetches one entry at a time
+# and often crashes leaders just after their election, the ground for committing an entry of an
+# older epoch too early (Raft's "figure 8").
+PROFILES = ("mixed", "churn")
 
 NodeFactory = Callable[..., RaftNode]
 
@@ -140,6 +144,7 @@ class SimResult:
     seed: int
     nodes: int
     steps_budget: int
+    profile: str = "mixed"
     steps: int = 0
     virtual_ms: int = 0
     violation: str | None = None
@@ -156,8 +161,9 @@ class SimResult:
         return self.violation is None
 
     def reproduce(self) -> str:
+        profile = f" --profile {self.profile}" if self.profile != "mixed" else ""
         return (f".venv/bin/python -m moldau.broker.raft.simulation --seed {self.seed} "
-                f"--nodes {self.nodes} --steps {self.steps_budget} -v")
+                f"--nodes {self.nodes} --steps {self.steps_budget}{profile} -v")
 
     def report(self) -> str:
         if self.ok:
@@ -175,7 +181,7 @@ class Checker:
         # (offset, epoch) -> (payload, epoch of the entry before it): log matching, by induction
         # over offsets, from checking each entry against its predecessor when it is appended.
         self.entries: dict[tuple[int, int], tuple[bytes, int]] = {}
-        self.committed: list[tuple[int, bytes]] = []  # (epoch, payload) of each applied offset
+        self.committed: list[LogEntry] = []  # the entry applied at each offset
         # Epoch in which each offset was first committed: leaders of later epochs must hold it
         # (a leader of an older epoch can still win an election late, and need not).
         self.commit_epochs: list[int] = []
@@ -191,8 +197,8 @@ class Checker:
                 self.entries[key] = (entry.payload, previous)
             elif known != (entry.payload, previous):
                 raise Violation(
-                    f"log matching: node {node.node_id} appends offset {entry.offset} epoch "
-                    f"{entry.epoch} as {entry.payload!r} after epoch {previous}, elsewhere it is "
+                    f"log matching: node {node.node_id} appends {show(entry)} at offset "
+                    f"{entry.offset} after epoch {previous}; elsewhere that offset and epoch hold "
                     f"{known[0]!r} after epoch {known[1]}")
             previous = entry.epoch
 
@@ -200,19 +206,17 @@ class Checker:
         """Check an entry a node applies in `epoch`; True if nobody had applied it before."""
         offset = entry.offset
         if offset < len(self.committed):
-            if self.committed[offset] != (entry.epoch, entry.payload):
-                epoch, payload = self.committed[offset]
+            if self.committed[offset] != entry:
                 raise Violation(
-                    f"state-machine safety: node {node.node_id} applies {entry.payload!r} "
-                    f"(epoch {entry.epoch}) at offset {offset}, where {payload!r} (epoch {epoch}) "
-                    f"was applied before")
+                    f"state-machine safety: node {node.node_id} applies {show(entry)} at offset "
+                    f"{offset}, where {show(self.committed[offset])} was applied before")
             if self.digests[offset + 1] != sm.digest:
                 raise Violation(f"node {node.node_id}'s state at offset {offset + 1} differs")
             return False
         if offset > len(self.committed):
             raise Violation(f"node {node.node_id} applies offset {offset} but only "
                             f"{len(self.committed)} offsets were ever committed")
-        self.committed.append((entry.epoch, entry.payload))
+        self.committed.append(entry)
         self.commit_epochs.append(epoch)
         self.digests.append(sm.digest)
         return True
@@ -240,11 +244,11 @@ class Checker:
                     f"{log.end_offset} but offset {offset} was committed in epoch "
                     f"{self.commit_epochs[offset]}")
             entry = log.entry(offset)
-            if (entry.epoch, entry.payload) != self.committed[offset]:
+            if entry != self.committed[offset]:
                 raise Violation(
                     f"leader completeness: leader {node.node_id} of epoch {epoch} has "
-                    f"{entry.payload!r} (epoch {entry.epoch}) at offset {offset}, committed in "
-                    f"epoch {self.commit_epochs[offset]} as {self.committed[offset]}")
+                    f"{show(entry)} at offset {offset}, but {show(self.committed[offset])} was "
+                    f"committed there in epoch {self.commit_epochs[offset]}")
 
 
 def describe(obj: object) -> str:
@@ -271,11 +275,16 @@ def describe(obj: object) -> str:
     return f"{type(obj).__name__}({', '.join(parts)})"
 
 
+def show(entry: LogEntry) -> str:
+    """offset:epoch:payload, with LC for a LeaderChange control entry."""
+    payload = "LC" if entry.control else entry.payload.decode(errors="replace")
+    return f"{entry.offset}:{entry.epoch}:{payload}"
+
+
 def _entries(entries: Sequence[LogEntry]) -> str:
     if not entries:
         return "[]"
-    shown = " ".join(f"{e.offset}:{e.epoch}:{e.payload.decode(errors='replace')}"
-                     if not e.control else f"{e.offset}:{e.epoch}:LC" for e in entries[:6])
+    shown = " ".join(show(e) for e in entries[:6])
     return f"[{shown}{' ...' if len(entries) > 6 else ''}]"
 
 
@@ -286,7 +295,10 @@ _CALM = "calm"
 class Simulation:
     def __init__(self, seed: int, nodes: int = 3, steps: int = DEFAULT_STEPS, *,
                  verbose: bool = False, node_factory: NodeFactory = RaftNode,
-                 out: TextIO | None = None) -> None:
+                 profile: str = "mixed", out: TextIO | None = None) -> None:
+        if profile not in PROFILES:
+            raise ValueError(f"unknown profile {profile!r}")
+        churn = profile == "churn"
         self.seed = seed
         self.rng = random.Random(seed)
         self.budget = steps
@@ -298,13 +310,17 @@ class Simulation:
         self.config = RaftConfig(
             request_timeout_ms=rng.choice([700, 1000, 2000]),
             retry_backoff_ms=rng.choice([20, 50]),
-            fetch_max_entries=rng.randint(3, 10),
+            fetch_max_entries=1 if churn else rng.choice([1, 2, 3, 5, 10]),
             append_linger_ms=rng.choice([0, 5, 25, 60]),
             snapshot_max_entries=rng.randint(6, 60),
             snapshot_chunk_bytes=rng.randint(3, 24))
         self.mid_action_crash = rng.choice([0.0, 0.002, 0.01])
-        # At most ~100 entries/s, below what replication moves with the smallest batches.
-        self.client_interval_ms = rng.choice([20, 80, 250])
+        # Client load stays below what replication moves with the configured batches.
+        self.client_interval_ms = rng.choice(
+            [80, 250] if self.config.fetch_max_entries <= 2 else [20, 80, 250])
+        # Leaders dying in their first moments (before followers fetch their LeaderChange entry)
+        # are what break a high watermark that counts entries of older epochs.
+        self.new_leader_crash = 0.5 if churn else rng.choice([0.0, 0.1, 0.3])
         self.fault_interval_ms = rng.choice([200, 600, 1500])
         self.voters = tuple(range(1, nodes + 1))
         self.nodes = {i: SimNode(i) for i in self.voters}
@@ -326,7 +342,7 @@ class Simulation:
         self.probe: tuple[int, bytes, int] | None = None  # (offset, payload, proposed at)
         self.done = False
         self.values = 0
-        self.result = SimResult(seed, nodes, steps)
+        self.result = SimResult(seed, nodes, steps, profile)
 
     # -- plumbing ---------------------------------------------------------------------------------
 
@@ -461,6 +477,9 @@ class Simulation:
                 if self.verbose:
                     self._trace(f"n{node.node_id} is LEADER of epoch {epoch}")
                 self.checker.check_leader_has_committed(node, epoch)
+                if self.phase == _CHAOS and self.rng.random() < self.new_leader_crash:
+                    self._push(self.now + self.rng.randint(0, 100),
+                               ("crash", node.node_id, node.incarnation))
         deadline = max(raft.next_deadline_ms(), self.now)
         if node.tick_at != deadline:
             node.tick_token += 1
@@ -698,7 +717,7 @@ class Simulation:
         committed = self.checker.committed
         if self.probe is not None:
             offset, payload, proposed_at = self.probe
-            if offset < len(committed) and committed[offset][1] == payload and all(
+            if offset < len(committed) and committed[offset].payload == payload and all(
                     n.sm is not None and n.sm.applied > offset for n in self.nodes.values()):
                 if self.verbose:
                     self._trace(f"probe at {offset} committed on every node, "
@@ -708,7 +727,7 @@ class Simulation:
                 else:
                     self._begin_chaos()
                 return
-            lost = offset < len(committed) and committed[offset][1] != payload
+            lost = offset < len(committed) and committed[offset].payload != payload
             if lost or self.now - proposed_at > 5000:
                 self.probe = None
         if self.now - self.calm_start > LIVENESS_MS:
@@ -729,20 +748,20 @@ class Simulation:
 
 
 def run_seed(seed: int, nodes: int = 3, steps: int = DEFAULT_STEPS,
-             node_factory: NodeFactory = RaftNode) -> SimResult:
-    return Simulation(seed, nodes, steps, node_factory=node_factory).run()
+             node_factory: NodeFactory = RaftNode, profile: str = "mixed") -> SimResult:
+    return Simulation(seed, nodes, steps, node_factory=node_factory, profile=profile).run()
 
 
-def _run_args(args: tuple[int, int, int, NodeFactory]) -> SimResult:
+def _run_args(args: tuple[int, int, int, NodeFactory, str]) -> SimResult:
     return run_seed(*args)
 
 
 def run_seeds(seeds: Iterable[int], nodes: int = 3, steps: int = DEFAULT_STEPS, *,
-              jobs: int = 1, node_factory: NodeFactory = RaftNode,
+              jobs: int = 1, node_factory: NodeFactory = RaftNode, profile: str = "mixed",
               stop_on_failure: bool = False,
               progress: Callable[[SimResult], None] | None = None) -> list[SimResult]:
     """Run many seeds, in `jobs` processes; results in seed order (or up to a failure)."""
-    work = [(seed, nodes, steps, node_factory) for seed in seeds]
+    work = [(seed, nodes, steps, node_factory, profile) for seed in seeds]
     results: list[SimResult] = []
     if jobs <= 1:
         for item in work:
@@ -773,6 +792,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--start", type=int, default=0, help="first seed of a multi-seed run")
     parser.add_argument("--nodes", type=int, default=3)
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS)
+    parser.add_argument("--profile", choices=PROFILES, default="mixed")
     parser.add_argument("--soak", action="store_true",
                         help="long run: keep going after failures, report every 1000 seeds")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
@@ -780,7 +800,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if args.seed is not None:
-        result = Simulation(args.seed, args.nodes, args.steps, verbose=args.verbose).run()
+        result = Simulation(args.seed, args.nodes, args.steps, verbose=args.verbose,
+                            profile=args.profile).run()
         print(result.report())
         if result.detail and not args.verbose:
             print(result.detail)
@@ -806,7 +827,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{done} seeds, {len(failures)} failures, "
                   f"{time.monotonic() - began:.0f} s", flush=True)
 
-    results = run_seeds(seeds, args.nodes, args.steps, jobs=args.jobs,
+    results = run_seeds(seeds, args.nodes, args.steps, jobs=args.jobs, profile=args.profile,
                         stop_on_failure=not args.soak, progress=progress)
     elapsed = time.monotonic() - began
     print(f"{len(results)} seeds x {args.nodes} nodes, {totals['steps']} steps, "

@@ -38,7 +38,7 @@ from moldau.broker.coordinators.group.records import (
     encode_offset_key,
     encode_offset_value,
 )
-from moldau.errors import ErrorCode
+from moldau.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("moldau.broker.groups")
 
@@ -73,11 +73,26 @@ def _now_ms() -> int:
 
 class GroupCoordinator:
     def __init__(self, settings: GroupSettings, write: Callable[[str, list[Record]], None],
-                 partition_exists: Callable[[str, int], bool]) -> None:
+                 partition_exists: Callable[[str, int], bool],
+                 coordinates: Callable[[str], bool] | None = None) -> None:
         self.settings = settings
         self._write = write  # appends records to the group's __consumer_offsets partition
         self._partition_exists = partition_exists
+        # Whether this node owns the group's __consumer_offsets partition.
+        self._coordinates = coordinates or (lambda _group_id: True)
         self.groups: dict[str, Group] = {}
+
+    def coordinates(self, group_id: str) -> bool:
+        return self._coordinates(group_id)
+
+    def _store(self, group_id: str, records: list[Record]) -> bool:
+        """Append to __consumer_offsets; False when this node cannot write there now."""
+        try:
+            self._write(group_id, records)
+            return True
+        except KafkaError as exc:
+            log.warning("Cannot store records of group %s: %s", group_id, exc)
+            return False
 
     # --- loading -------------------------------------------------------------------------
 
@@ -125,10 +140,13 @@ class GroupCoordinator:
         group.state = Stable if group.members else Empty
 
     def start_timers(self) -> None:
-        """Give loaded members their session deadlines (needs the running loop)."""
+        """Give loaded members their session deadlines (needs the running loop), and
+        rebalance groups that hold more members than group.max.size now allows (KIP-389)."""
         for group in self.groups.values():
             for member in group.members.values():
                 self._schedule_expiry(group, member)
+            if len(group.members) > self.settings.max_size:
+                self._prepare_rebalance(group, "the group is over group.max.size")
 
     # --- join ----------------------------------------------------------------------------
 
@@ -136,8 +154,10 @@ class GroupCoordinator:
                    client_id: str, client_host: str, session_timeout_ms: int,
                    rebalance_timeout_ms: int, protocol_type: str,
                    protocols: list[tuple[str, bytes]], require_known_member_id: bool,
-                   ) -> JoinResult:
+                   supports_skip_assignment: bool = True) -> JoinResult:
         settings = self.settings
+        if not self.coordinates(group_id):
+            return JoinResult(ErrorCode.not_coordinator.value, member_id)
         if not group_id:
             return JoinResult(ErrorCode.invalid_group_id.value, member_id)
         if not settings.min_session_timeout_ms <= session_timeout_ms <= \
@@ -155,19 +175,22 @@ class GroupCoordinator:
         args = (instance_id, client_id, client_host, session_timeout_ms, rebalance_timeout_ms,
                 protocol_type, protocols)
         if not member_id:
-            return await self._join_new(group, require_known_member_id, *args)
+            return await self._join_new(group, require_known_member_id,
+                                        supports_skip_assignment, *args)
         return await self._join_known(group, member_id, *args)
 
     async def _join_new(self, group: Group, require_known_member_id: bool,
-                        instance_id: str | None, client_id: str, *rest: object) -> JoinResult:
+                        supports_skip_assignment: bool, instance_id: str | None,
+                        client_id: str, *rest: object) -> JoinResult:
         if len(group.members) + len(group.pending_members) >= self.settings.max_size:
             return JoinResult(ErrorCode.group_max_size_reached.value, "")
         new_id = f"{instance_id or client_id}-{uuid.uuid4()}"
         if instance_id is not None:
             old_id = group.static_members.get(instance_id)
             if old_id is not None:
-                return await self._replace_static_member(group, old_id, new_id, instance_id,
-                                                         client_id, *rest)
+                return await self._replace_static_member(
+                    group, old_id, new_id, supports_skip_assignment, instance_id, client_id,
+                    *rest)
         elif require_known_member_id:
             # KIP-394: the client must come back with this id, so a lost response cannot
             # leave an orphan member behind. Unclaimed ids expire with the session timeout.
@@ -194,6 +217,12 @@ class GroupCoordinator:
         member = group.members[member_id]
         if group.is_(Empty, Dead):
             return JoinResult(ErrorCode.unknown_member_id.value, member_id)
+        if group.is_(Preparing) and len(group.members) > self.settings.max_size and \
+                sum(m.awaiting_join for m in group.members.values()) >= \
+                self.settings.max_size:
+            # Over capacity (the limit was lowered): the late members are turned away.
+            self._remove_member(group, member_id, "the group is at group.max.size")
+            return JoinResult(ErrorCode.group_max_size_reached.value, member_id)
         unchanged = member.same_protocols(protocols)
         if group.is_(Completing) and unchanged:
             return self._current_join_result(group, member)  # the join response was lost
@@ -221,13 +250,14 @@ class GroupCoordinator:
         return await member.join_waiter
 
     async def _replace_static_member(self, group: Group, old_id: str, new_id: str,
-                                     instance_id: str, client_id: str, client_host: str,
+                                     supports_skip_assignment: bool, instance_id: str,
+                                     client_id: str, client_host: str,
                                      session_timeout_ms: int, rebalance_timeout_ms: int,
                                      protocol_type: str, protocols: list[tuple[str, bytes]]
                                      ) -> JoinResult:
         """KIP-345: a restarted static member takes its old place without a rebalance."""
         old = group.members[old_id]
-        unchanged = old.same_protocols(protocols)
+        was_leader = group.leader_id == old_id
         # Fence the old incarnation: its pending requests fail, its id is gone.
         group.remove_member(old_id)
         if old.awaiting_join and old.join_waiter is not None:
@@ -236,17 +266,25 @@ class GroupCoordinator:
             old.sync_waiter.set_result(SyncResult(ErrorCode.fenced_instance_id.value))
         member = Member(new_id, instance_id, client_id, client_host, rebalance_timeout_ms,
                         session_timeout_ms, protocol_type, protocols, assignment=old.assignment)
-        was_leader = group.leader_id is None or group.leader_id == old_id
         group.add_member(member)
         if was_leader:
             group.leader_id = new_id
-        if group.is_(Stable) and unchanged:
+        if group.is_(Stable) and group.select_protocol() == group.protocol_name:
+            # Same protocol: keep the assignment, store the new member and its metadata.
             self._schedule_expiry(group, member)
             self._persist_group(group)
             log.info("Static member %s of group %s rejoined as %s without a rebalance",
                      instance_id, group.group_id, new_id)
             result = self._current_join_result(group, member)
-            result.skip_assignment = group.leader_id == new_id
+            if not was_leader:
+                return result
+            if supports_skip_assignment:
+                # KIP-814: the leader learns it leads, and that it must not reassign.
+                result.skip_assignment = True
+                return result
+            # Older clients cannot be told to skip the assignment: they are shown the old
+            # leader id and no members, so they follow, and SyncGroup returns the assignment.
+            result.leader, result.members = old_id, []
             return result
         member.join_waiter = asyncio.get_running_loop().create_future()
         self._prepare_rebalance(group, f"static member {instance_id} rejoined")
@@ -364,6 +402,8 @@ class GroupCoordinator:
     async def sync(self, group_id: str, generation: int, member_id: str,
                    instance_id: str | None, protocol_type: str | None,
                    protocol_name: str | None, assignments: dict[str, bytes]) -> SyncResult:
+        if not self.coordinates(group_id):
+            return SyncResult(ErrorCode.not_coordinator.value)
         group = self.groups.get(group_id)
         if group is None or group.is_(Empty, Dead):
             return SyncResult(ErrorCode.unknown_member_id.value)
@@ -385,7 +425,13 @@ class GroupCoordinator:
         if member_id == group.leader_id:
             for each in group.members.values():
                 each.assignment = assignments.get(each.member_id, b"")
-            self._persist_group(group)
+            if not self._persist_group(group):
+                # Not durable, so not given out: everyone rejoins (Kafka does the same).
+                for each in group.members.values():
+                    if each.awaiting_sync and each.sync_waiter is not None:
+                        each.sync_waiter.set_result(SyncResult(ErrorCode.not_coordinator.value))
+                self._prepare_rebalance(group, "the group could not be stored")
+                return await waiter
             group.transition(Stable, _now_ms())
             for each in group.members.values():
                 if each.awaiting_sync and each.sync_waiter is not None:
@@ -401,6 +447,8 @@ class GroupCoordinator:
 
     def heartbeat(self, group_id: str, generation: int, member_id: str,
                   instance_id: str | None) -> ErrorCode:
+        if not self.coordinates(group_id):
+            return ErrorCode.not_coordinator
         group = self.groups.get(group_id)
         if group is None or group.is_(Empty, Dead):
             return ErrorCode.unknown_member_id
@@ -416,6 +464,8 @@ class GroupCoordinator:
 
     def leave(self, group_id: str, leaving: Sequence[tuple[str, str | None]]
               ) -> list[ErrorCode]:
+        if not self.coordinates(group_id):
+            return [ErrorCode.not_coordinator for _ in leaving]
         group = self.groups.get(group_id)
         if group is None or group.is_(Dead):
             return [ErrorCode.unknown_member_id for _ in leaving]
@@ -488,7 +538,7 @@ class GroupCoordinator:
 
     # --- persistence ---------------------------------------------------------------------
 
-    def _persist_group(self, group: Group) -> None:
+    def _persist_group(self, group: Group) -> bool:
         members = tuple(MemberValue(
             m.member_id, m.group_instance_id, m.client_id, m.client_host,
             m.rebalance_timeout_ms, m.session_timeout_ms,
@@ -496,8 +546,8 @@ class GroupCoordinator:
             for m in group.members.values())
         value = GroupValue(group.protocol_type or "", group.generation, group.protocol_name,
                            group.leader_id, group.state_timestamp, members)
-        self._write(group.group_id, [(encode_group_key(GroupKey(group.group_id)),
-                                      encode_group_value(value))])
+        return self._store(group.group_id, [(encode_group_key(GroupKey(group.group_id)),
+                                             encode_group_value(value))])
 
     # --- offsets -------------------------------------------------------------------------
 
@@ -505,6 +555,8 @@ class GroupCoordinator:
                commits: Sequence[OffsetCommit]) -> list[ErrorCode]:
         if not group_id:
             return [ErrorCode.invalid_group_id for _ in commits]
+        if not self.coordinates(group_id):
+            return [ErrorCode.not_coordinator for _ in commits]
         group = self.groups.get(group_id)
         error: ErrorCode | None = None
         if group is None:
@@ -547,7 +599,8 @@ class GroupCoordinator:
                 accepted.append((commit, stored))
                 results.append(ErrorCode.none)
         if records:
-            self._write(group_id, records)
+            if not self._store(group_id, records):
+                return [ErrorCode.not_coordinator for _ in commits]
             for commit, stored in accepted:
                 group.offsets[(commit.topic, commit.partition)] = stored
         return results
@@ -582,7 +635,7 @@ class GroupCoordinator:
                 records.append((encode_offset_key(OffsetKey(group_id, topic, partition)), None))
             results.append(ErrorCode.none)
         if records:
-            self._write(group_id, records)
+            self._store(group_id, records)
         return ErrorCode.none, results
 
     def drop_offsets_of_deleted_topics(self, exists: Callable[[str], bool]) -> int:
@@ -595,7 +648,7 @@ class GroupCoordinator:
                 continue
             for key in gone:
                 del group.offsets[key]
-            self._write(group.group_id, [
+            self._store(group.group_id, [
                 (encode_offset_key(OffsetKey(group.group_id, topic, partition)), None)
                 for topic, partition in gone])
             dropped += len(gone)
@@ -610,6 +663,8 @@ class GroupCoordinator:
             group = self.groups.get(group_id)
             if not group_id:
                 results.append(ErrorCode.invalid_group_id)
+            elif not self.coordinates(group_id):
+                results.append(ErrorCode.not_coordinator)
             elif group is None or group.is_(Dead):
                 results.append(ErrorCode.group_id_not_found)
             elif not group.is_(Empty):
@@ -624,7 +679,7 @@ class GroupCoordinator:
             (encode_offset_key(OffsetKey(group.group_id, topic, partition)), None)
             for topic, partition in group.offsets]
         records.append((encode_group_key(GroupKey(group.group_id)), None))
-        self._write(group.group_id, records)
+        self._store(group.group_id, records)
         group.transition(Dead, _now_ms())
         del self.groups[group.group_id]
         log.info("Deleted group %s", group.group_id)
@@ -635,25 +690,40 @@ class GroupCoordinator:
         retention = self.settings.offsets_retention_ms
         expired = 0
         for group in list(self.groups.values()):
-            if not group.is_(Empty):
+            expiring = self._expiry_rule(group)
+            if expiring is None:
                 continue
             records: list[Record] = []
             for (topic, partition), stored in list(group.offsets.items()):
-                # Simple (offset-only) groups age by commit time, others from going empty.
-                base = stored.commit_timestamp if group.protocol_type is None \
-                    else max(group.state_timestamp, 0)
-                if now - base >= retention:
+                base = expiring(topic, stored)
+                if base is not None and now - base >= retention:
                     del group.offsets[(topic, partition)]
                     records.append((encode_offset_key(OffsetKey(group.group_id, topic,
                                                                 partition)), None))
             if records:
-                self._write(group.group_id, records)
+                self._store(group.group_id, records)
                 expired += len(records)
             if not group.offsets and not group.members:
                 self._delete_group(group)
         if expired:
             log.info("Expired %d committed offset(s)", expired)
         return expired
+
+    @staticmethod
+    def _expiry_rule(group: Group) -> Callable[[str, CommittedOffset], int | None] | None:
+        """Kafka's offset expiration condition: which offsets age, and from when. None: the
+        group's offsets do not expire in its present state."""
+        if group.protocol_type is None:
+            return lambda _topic, stored: stored.commit_timestamp  # offsets-only group
+        if group.is_(Empty):
+            return lambda _topic, _stored: max(group.state_timestamp, 0)
+        if group.protocol_type == "consumer" and group.is_(Stable):
+            subscribed = group.subscribed_topics()
+            if subscribed is not None:
+                # Topics no member subscribes to any more age from their last commit.
+                return lambda topic, stored: None if topic in subscribed \
+                    else stored.commit_timestamp
+        return None
 
     def shutdown(self) -> None:
         for group in self.groups.values():

@@ -204,7 +204,7 @@ class Group:
         return {
             "group_id": self.group_id, "group_state": self.state.value,
             "protocol_type": self.protocol_type or "",
-            "protocol_data": self.protocol_name or "",
+            "protocol_data": (self.protocol_name or "") if stable else "",
             "members": [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
                          "client_id": m.client_id, "client_host": m.client_host,
                          "member_metadata": m.metadata(self.protocol_name)

@@ -25,11 +25,13 @@ GROUP_VALUE_VERSION = 3
 
 
 def partition_for(group_id: str, partitions: int) -> int:
-    """Kafka's choice: the Java String.hashCode of the group id, made non-negative."""
+    """Kafka's choice: Utils.abs(groupId.hashCode()) % partitions, where Utils.abs is the
+    absolute value of the Java int, with Integer.MIN_VALUE mapped to 0."""
     value = 0
     for unit in _utf16_units(group_id):
         value = (31 * value + unit) & 0xFFFFFFFF
-    return (value & 0x7FFFFFFF) % partitions
+    signed = value - (1 << 32) if value >= 1 << 31 else value
+    return (0 if signed == -(1 << 31) else abs(signed)) % partitions
 
 
 def _utf16_units(text: str) -> list[int]:

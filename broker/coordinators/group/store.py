@@ -46,6 +46,16 @@ class OffsetsTopic:
                 result.code is not ErrorCode.topic_already_exists:
             raise result
 
+    def leads(self, partition: int) -> bool:
+        """Whether this node leads the partition (and so coordinates its groups)."""
+        if not self.exists:
+            return False
+        try:
+            self.replicas.leader(OFFSETS_TOPIC, partition)
+        except KafkaError:
+            return False
+        return True
+
     def write(self, partition: int, records: list[Record]) -> None:
         """Append to the partition; raises KafkaError when this node cannot write it."""
         now = int(time.time() * 1000)
