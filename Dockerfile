@@ -5,6 +5,7 @@ WORKDIR /opt/moldau
 COPY pyproject.toml README.md ./
 COPY moldau ./moldau
 COPY broker ./broker
+COPY client ./client
 RUN pip install --no-cache-dir . && useradd --system --uid 1001 moldau \
     && mkdir -p /var/lib/moldau && chown moldau /var/lib/moldau
 

@@ -30,6 +30,11 @@ def build_parser() -> argparse.ArgumentParser:
     broker.add_argument("--log-level", default="INFO",
                         choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="log verbosity")
     broker.set_defaults(run=_broker)
+
+    # Client tools (topics, produce, perf), defined next to the client library.
+    from moldau.client.cli import add_commands
+
+    add_commands(commands)
     return parser
 
 

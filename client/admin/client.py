@@ -1,0 +1,735 @@
+"""AsyncAdmin: topics, partitions, configs, cluster, groups, offsets, records, log dirs.
+
+Each operation is a call: a request sent to the node the API needs (any broker, the
+controller, a given broker, a group's coordinator or a partition's leader), retried after
+`retry.backoff.ms` when the connection fails or the broker says to ask elsewhere (not the
+controller, not the coordinator, not the leader), until `default.api.timeout.ms` runs out.
+Errors that are answers (an unknown topic, a topic that exists) are raised at once as typed
+exceptions named after Kafka's error codes; batch operations raise the first one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, TypeVar
+
+from moldau.client.admin.types import (
+    AlterConfigOp,
+    ClusterDescription,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    GroupDescription,
+    GroupListing,
+    ListedOffset,
+    LogDirDescription,
+    MemberDescription,
+    NewPartitions,
+    NewTopic,
+    OffsetAndMetadata,
+    PartitionDescription,
+    ReplicaInfo,
+    ResourceType,
+    TopicDescription,
+)
+from moldau.client.config import parse_admin_config
+from moldau.client.consumer_protocol import Assignment
+from moldau.client.coordinator import (
+    COORDINATOR_ERRORS,
+    CoordinatorType,
+    find_coordinator_request,
+    parse_find_coordinator,
+)
+from moldau.client.errors import (
+    ClientClosedError,
+    DisconnectedError,
+    KafkaError,
+    KafkaTimeoutError,
+    UnsupportedVersionError,  # type: ignore[attr-defined]
+    error_for,
+)
+from moldau.client.metadata import Cluster, Metadata
+from moldau.client.network import ExponentialBackoff, NetworkClient
+from moldau.client.types import Node, TopicPartition
+from moldau.client.versions import ApiKey
+from moldau.errors import ErrorCode
+
+log = logging.getLogger("moldau.client.admin")
+
+T = TypeVar("T")
+_ZERO_UUID = uuid.UUID(int=0)
+
+# Errors that mean "ask again, maybe elsewhere", not "this is the answer".
+_RETRY_ERRORS = frozenset({
+    ErrorCode.not_controller, ErrorCode.request_timed_out, ErrorCode.network_exception,
+    ErrorCode.not_leader_or_follower, ErrorCode.leader_not_available,
+    ErrorCode.throttling_quota_exceeded, ErrorCode.kafka_storage_error,
+    *COORDINATOR_ERRORS,
+})
+
+
+class _Retry(Exception):
+    """Raised by a response handler: try the call again (after a metadata refresh)."""
+
+    def __init__(self, error: KafkaError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _check(code: int, message: str | None, what: str) -> None:
+    """Raise for a non-zero error code: _Retry for the retry set, else the typed error."""
+    if code == ErrorCode.none:
+        return
+    error_code = ErrorCode(code)
+    if not message:
+        text = f"{what}: {error_code.name.upper()}"
+    elif what.split(" ", 1)[-1] in message:
+        text = message  # the broker's message already names the resource
+    else:
+        text = f"{what}: {message}"
+    error = error_for(error_code, text)
+    if error_code in _RETRY_ERRORS:
+        raise _Retry(error)
+    raise error
+
+
+class AsyncAdmin:
+    """Kafka admin client for asyncio; settings with Kafka's names, as the producer's."""
+
+    def __init__(self, config: Mapping[str, Any] | None = None, **settings: Any) -> None:
+        cfg = parse_admin_config(config, settings)
+        self.config = cfg
+        self.default_timeout = cfg["default.api.timeout.ms"] / 1000
+        self.metadata = Metadata(cfg["bootstrap.servers"], max_age_ms=cfg["metadata.max.age.ms"],
+                                 retry_backoff_ms=cfg["retry.backoff.ms"],
+                                 retry_backoff_max_ms=cfg["retry.backoff.max.ms"])
+        self.network = NetworkClient.from_config(cfg, self.metadata)
+        self._backoff = ExponentialBackoff(cfg["retry.backoff.ms"] / 1000,
+                                           cfg["retry.backoff.max.ms"] / 1000)
+        self._coordinators: dict[str, int] = {}
+        self._metadata_task: asyncio.Task[None] | None = None
+        self._started = False
+        self._closed = False
+
+    # -------------------------------------------------------------------------- lifecycle
+
+    async def start(self) -> None:
+        if self._started:
+            return
+        if self._closed:
+            raise ClientClosedError("The admin client is closed")
+        self._started = True
+        self._metadata_task = asyncio.get_running_loop().create_task(
+            self.metadata.run(self.network), name="moldau-admin-metadata")
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.metadata.close()
+        if self._metadata_task is not None:
+            self._metadata_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._metadata_task
+        await self.network.close()
+
+    async def __aenter__(self) -> AsyncAdmin:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # -------------------------------------------------------------------------- calls
+
+    def _deadline(self, timeout: float | None) -> float:
+        return time.monotonic() + (self.default_timeout if timeout is None else timeout)
+
+    def _timed_out(self, name: str, started: float, last_error: BaseException | None
+                   ) -> KafkaTimeoutError:
+        elapsed = round((time.monotonic() - started) * 1000)
+        detail = f" (last error: {last_error})" if last_error is not None else ""
+        return KafkaTimeoutError(f"{name} timed out after {elapsed} ms{detail}")
+
+    async def _cluster(self, deadline: float, name: str) -> Cluster:
+        """Metadata from a real broker (not just the bootstrap list), waiting if needed."""
+        if not self._started:
+            await self.start()
+        started = time.monotonic()
+        while self.metadata.version == 0:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                error = self.metadata.last_error
+                detail = f" (last error: {error})" if error is not None else ""
+                servers = ",".join(self.config["bootstrap.servers"])
+                raise KafkaTimeoutError(
+                    f"{name}: no broker of {servers} answered within "
+                    f"{round((time.monotonic() - started) * 1000)} ms{detail}")
+            self.metadata.request_update()
+            await self.metadata.wait_for_change(remaining)
+        return self.metadata.cluster
+
+    async def _least_loaded(self, deadline: float, name: str) -> int:
+        await self._cluster(deadline, name)
+        while True:
+            node = self.network.least_loaded_node()
+            if node is not None:
+                return node
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise KafkaTimeoutError(f"{name}: no broker is reachable")
+            await self.network.wait_for_event(
+                min(max(self.network.min_connection_delay(), 0.01), remaining))
+
+    async def _controller(self, deadline: float, name: str) -> int:
+        cluster = await self._cluster(deadline, name)
+        if cluster.node(cluster.controller_id) is not None:
+            return cluster.controller_id
+        return await self._least_loaded(deadline, name)
+
+    async def _broker(self, broker_id: int, deadline: float, name: str) -> int:
+        cluster = await self._cluster(deadline, name)
+        if cluster.node(broker_id) is None:
+            self.metadata.request_update()
+            raise _Retry(error_for(ErrorCode.broker_not_available,
+                                   f"{name}: broker {broker_id} is not in the cluster"))
+        return broker_id
+
+    async def _call(self, name: str, target: Callable[[float], Awaitable[int]], api_key: int,
+                    body: Mapping[str, Any],
+                    handle: Callable[[Any, int], T], *, timeout: float | None = None,
+                    on_retry: Callable[[KafkaError], None] | None = None,
+                    max_version: int | None = None) -> T:
+        """Send to the node `target` picks until `handle(response, node)` returns."""
+        deadline = self._deadline(timeout)
+        started = time.monotonic()
+        attempts = 0
+        last_error: BaseException | None = None
+        while True:
+            if self._closed:
+                raise ClientClosedError("The admin client is closed")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise self._timed_out(name, started, last_error)
+            try:
+                node = await target(deadline)
+                response = await asyncio.wait_for(
+                    self.network.request(node, api_key, body, max_version=max_version),
+                    max(deadline - time.monotonic(), 0.001))
+                return handle(response, node)
+            except KafkaTimeoutError:
+                raise
+            except TimeoutError:
+                last_error = last_error or KafkaTimeoutError("no response")
+                continue
+            except DisconnectedError as exc:
+                last_error = exc
+            except _Retry as retry:
+                last_error = retry.error
+                self.metadata.request_update()
+                if on_retry is not None:
+                    on_retry(retry.error)
+            attempts += 1
+            pause = min(self._backoff.backoff(attempts - 1),
+                        max(deadline - time.monotonic(), 0))
+            log.debug("%s: retrying in %.3f s after %s", name, pause, last_error)
+            await asyncio.sleep(pause)
+
+    def _any(self, name: str) -> Callable[[float], Awaitable[int]]:
+        return lambda deadline: self._least_loaded(deadline, name)
+
+    def _to_controller(self, name: str) -> Callable[[float], Awaitable[int]]:
+        return lambda deadline: self._controller(deadline, name)
+
+    def _to_broker(self, broker_id: int, name: str) -> Callable[[float], Awaitable[int]]:
+        return lambda deadline: self._broker(broker_id, deadline, name)
+
+    def _to_coordinator(self, group_id: str, name: str) -> Callable[[float], Awaitable[int]]:
+        async def target(deadline: float) -> int:
+            node = self._coordinators.get(group_id)
+            if node is not None and self.metadata.cluster.node(node) is not None:
+                return node
+
+            def handle(response: Any, _node: int) -> int:
+                code, node_id, message = parse_find_coordinator(response, group_id)
+                _check(code, message, f"FindCoordinator for group {group_id}")
+                if self.metadata.cluster.node(node_id) is None:
+                    raise _Retry(error_for(ErrorCode.coordinator_not_available,
+                                           f"coordinator {node_id} not in metadata yet"))
+                return node_id
+
+            node = await self._call(
+                "findCoordinator", self._any(name), ApiKey.FIND_COORDINATOR,
+                find_coordinator_request(group_id, CoordinatorType.GROUP), handle,
+                timeout=max(deadline - time.monotonic(), 0.001))
+            self._coordinators[group_id] = node
+            return node
+        return target
+
+    def _forget_coordinator(self, group_id: str) -> Callable[[KafkaError], None]:
+        def forget(error: KafkaError) -> None:
+            if error.code in COORDINATOR_ERRORS:
+                self._coordinators.pop(group_id, None)
+        return forget
+
+    # -------------------------------------------------------------------------- topics
+
+    async def create_topics(self, new_topics: Iterable[NewTopic], *, validate_only: bool = False,
+                            timeout: float | None = None) -> None:
+        """Create topics; raises the first error (e.g. TopicAlreadyExistsError)."""
+        topics = list(new_topics)
+        if not topics:
+            return
+        timeout_ms = round((self.default_timeout if timeout is None else timeout) * 1000)
+        body = {"topics": [{
+            "name": t.name,
+            "num_partitions": -1 if t.replica_assignment or t.num_partitions is None
+            else t.num_partitions,
+            "replication_factor": -1 if t.replica_assignment or t.replication_factor is None
+            else t.replication_factor,
+            "assignments": [{"partition_index": p, "broker_ids": list(ids)}
+                            for p, ids in (t.replica_assignment or {}).items()],
+            "configs": [{"name": k, "value": v} for k, v in t.configs.items()],
+        } for t in topics], "timeout": timeout_ms, "validate_only": validate_only}
+
+        def handle(response: Any, _node: int) -> None:
+            for result in response.topics:
+                _check(result.error_code, getattr(result, "error_message", None),
+                       f"Topic '{result.name}'")
+
+        await self._call("createTopics", self._to_controller("createTopics"),
+                         ApiKey.CREATE_TOPICS, body, handle, timeout=timeout)
+
+    async def create_topic(self, name: str, num_partitions: int | None = None,
+                           replication_factor: int | None = None,
+                           configs: Mapping[str, str] | None = None, *,
+                           timeout: float | None = None) -> None:
+        await self.create_topics([NewTopic(name, num_partitions, replication_factor,
+                                           dict(configs or {}))], timeout=timeout)
+
+    async def delete_topics(self, names: Iterable[str], *,
+                            timeout: float | None = None) -> None:
+        names = list(names)
+        if not names:
+            return
+        timeout_ms = round((self.default_timeout if timeout is None else timeout) * 1000)
+        body = {"topic_names": names, "topics": [{"name": n, "topic_id": _ZERO_UUID}
+                                                  for n in names], "timeout": timeout_ms}
+
+        def handle(response: Any, _node: int) -> None:
+            for result in response.responses:
+                _check(result.error_code, getattr(result, "error_message", None),
+                       f"Topic '{result.name}'")
+
+        await self._call("deleteTopics", self._to_controller("deleteTopics"),
+                         ApiKey.DELETE_TOPICS, body, handle, timeout=timeout)
+
+    async def _topic_metadata(self, names: list[str] | None, name: str,
+                              timeout: float | None) -> Any:
+        body = {"topics": None if names is None else [{"name": n} for n in names],
+                "allow_auto_topic_creation": False,
+                "include_cluster_authorized_operations": False,
+                "include_topic_authorized_operations": False}
+        return await self._call(name, self._any(name), ApiKey.METADATA, body,
+                                lambda response, _node: response, timeout=timeout)
+
+    async def list_topics(self, *, include_internal: bool = False,
+                          timeout: float | None = None) -> list[str]:
+        """Names of all topics, sorted (internal ones such as __consumer_offsets only when
+        asked)."""
+        response = await self._topic_metadata(None, "listTopics", timeout)
+        return sorted(t.name for t in response.topics if t.error_code == ErrorCode.none
+                      and (include_internal or not t.is_internal))
+
+    async def describe_topics(self, names: Iterable[str] | None = None, *,
+                              timeout: float | None = None) -> dict[str, TopicDescription]:
+        """Partitions with leader, replicas and ISR per topic (all topics when None).
+        Raises UnknownTopicOrPartitionError for a topic that does not exist."""
+        wanted = None if names is None else list(names)
+        response = await self._topic_metadata(wanted, "describeTopics", timeout)
+        nodes = {b.node_id: Node(b.node_id, b.host, b.port, b.rack) for b in response.brokers}
+        out: dict[str, TopicDescription] = {}
+        for topic in response.topics:
+            if topic.error_code != ErrorCode.none:
+                code = ErrorCode(topic.error_code)
+                if code is ErrorCode.unknown_topic_or_partition:
+                    raise error_for(code, f"Topic '{topic.name}' does not exist")
+                raise error_for(code, f"Topic '{topic.name}': {code.name.upper()}")
+            topic_id = getattr(topic, "topic_id", None)
+            partitions = tuple(sorted((PartitionDescription(
+                p.partition_index, nodes.get(p.leader_id), p.leader_id,
+                getattr(p, "leader_epoch", -1), tuple(p.replica_nodes), tuple(p.isr_nodes),
+                tuple(getattr(p, "offline_replicas", ()))) for p in topic.partitions),
+                key=lambda p: p.partition))
+            out[topic.name] = TopicDescription(
+                topic.name, None if topic_id in (None, _ZERO_UUID) else topic_id,
+                bool(topic.is_internal), partitions)
+        if wanted is not None:
+            return {n: out[n] for n in wanted if n in out}
+        return dict(sorted(out.items()))
+
+    async def create_partitions(self, new_partitions: Mapping[str, NewPartitions | int], *,
+                                validate_only: bool = False,
+                                timeout: float | None = None) -> None:
+        if not new_partitions:
+            return
+        timeout_ms = round((self.default_timeout if timeout is None else timeout) * 1000)
+        topics = []
+        for topic, spec in new_partitions.items():
+            if isinstance(spec, int):
+                spec = NewPartitions(spec)
+            topics.append({"name": topic, "count": spec.total_count,
+                           "assignments": None if spec.assignments is None else
+                           [{"broker_ids": list(ids)} for ids in spec.assignments]})
+        body = {"topics": topics, "timeout": timeout_ms, "validate_only": validate_only}
+
+        def handle(response: Any, _node: int) -> None:
+            for result in response.results:
+                _check(result.error_code, result.error_message, f"Topic '{result.name}'")
+
+        await self._call("createPartitions", self._to_controller("createPartitions"),
+                         ApiKey.CREATE_PARTITIONS, body, handle, timeout=timeout)
+
+    # -------------------------------------------------------------------------- configs
+
+    def _config_target(self, resource: ConfigResource, name: str
+                       ) -> Callable[[float], Awaitable[int]]:
+        if resource.type in (ResourceType.BROKER, ResourceType.BROKER_LOGGER) and \
+                resource.name:
+            return self._to_broker(int(resource.name), name)
+        return self._any(name)
+
+    async def describe_configs(self, resources: Iterable[ConfigResource], *,
+                               include_synonyms: bool = False,
+                               include_documentation: bool = False,
+                               timeout: float | None = None
+                               ) -> dict[ConfigResource, dict[str, ConfigEntry]]:
+        """Every config entry of each resource, with its value and source."""
+        out: dict[ConfigResource, dict[str, ConfigEntry]] = {}
+        for resource in resources:
+            body = {"resources": [{"resource_type": int(resource.type),
+                                   "resource_name": resource.name,
+                                   "configuration_keys": None}],
+                    "include_synonyms": include_synonyms,
+                    "include_documentation": include_documentation}
+
+            def handle(response: Any, _node: int, resource: ConfigResource = resource
+                       ) -> dict[str, ConfigEntry]:
+                result = response.results[0]
+                _check(result.error_code, result.error_message,
+                       f"{resource.type.name.capitalize()} '{resource.name}'")
+                entries = {}
+                for c in result.configs:
+                    source = ConfigSource(getattr(c, "config_source", 0))
+                    entries[c.name] = ConfigEntry(
+                        c.name, c.value, source, bool(c.read_only), bool(c.is_sensitive),
+                        source is ConfigSource.DEFAULT_CONFIG or
+                        bool(getattr(c, "is_default", False)),
+                        tuple((s.name, s.value, ConfigSource(s.source))
+                              for s in getattr(c, "synonyms", ()) or ()),
+                        getattr(c, "documentation", None))
+                return entries
+
+            out[resource] = await self._call(
+                "describeConfigs", self._config_target(resource, "describeConfigs"),
+                ApiKey.DESCRIBE_CONFIGS, body, handle, timeout=timeout)
+        return out
+
+    async def incremental_alter_configs(
+            self, changes: Mapping[ConfigResource, Iterable[AlterConfigOp]], *,
+            validate_only: bool = False, timeout: float | None = None) -> None:
+        """Set, delete, append to or subtract from individual settings."""
+        for resource, ops in changes.items():
+            body = {"resources": [{
+                "resource_type": int(resource.type), "resource_name": resource.name,
+                "configs": [{"name": op.name, "config_operation": int(op.op),
+                             "value": op.value} for op in ops]}],
+                "validate_only": validate_only}
+
+            def handle(response: Any, _node: int, resource: ConfigResource = resource) -> None:
+                for result in response.responses:
+                    _check(result.error_code, result.error_message,
+                           f"{resource.type.name.capitalize()} '{resource.name}'")
+
+            await self._call("incrementalAlterConfigs",
+                             self._config_target(resource, "incrementalAlterConfigs"),
+                             ApiKey.INCREMENTAL_ALTER_CONFIGS, body, handle, timeout=timeout)
+
+    # -------------------------------------------------------------------------- cluster
+
+    async def describe_cluster(self, *, timeout: float | None = None) -> ClusterDescription:
+        def handle(response: Any, _node: int) -> ClusterDescription:
+            _check(response.error_code, response.error_message, "describeCluster")
+            nodes = tuple(Node(b.broker_id, b.host, b.port, b.rack) for b in response.brokers)
+            controller = next((n for n in nodes if n.node_id == response.controller_id), None)
+            return ClusterDescription(response.cluster_id, controller, nodes)
+
+        try:
+            return await self._call("describeCluster", self._any("describeCluster"),
+                                    ApiKey.DESCRIBE_CLUSTER,
+                                    {"include_cluster_authorized_operations": False,
+                                     "endpoint_type": 1}, handle, timeout=timeout)
+        except UnsupportedVersionError:
+            # Older brokers: the same facts from Metadata.
+            response = await self._topic_metadata([], "describeCluster", timeout)
+            nodes = tuple(Node(b.node_id, b.host, b.port, b.rack) for b in response.brokers)
+            controller = next((n for n in nodes if n.node_id == response.controller_id), None)
+            return ClusterDescription(response.cluster_id, controller, nodes)
+
+    async def describe_log_dirs(self, broker_ids: Iterable[int] | None = None, *,
+                                timeout: float | None = None
+                                ) -> dict[int, dict[str, LogDirDescription]]:
+        """Per broker, per log directory: the replicas it holds, their sizes and lags."""
+        if broker_ids is None:
+            cluster = await self._cluster(self._deadline(timeout), "describeLogDirs")
+            broker_ids = [node.node_id for node in cluster.nodes]
+        out: dict[int, dict[str, LogDirDescription]] = {}
+        for broker_id in broker_ids:
+            def handle(response: Any, _node: int) -> dict[str, LogDirDescription]:
+                _check(getattr(response, "error_code", 0), None, "describeLogDirs")
+                dirs = {}
+                for result in response.results:
+                    replicas = {TopicPartition(t.name, p.partition_index): ReplicaInfo(
+                        p.partition_size, p.offset_lag, bool(p.is_future_key))
+                        for t in result.topics for p in t.partitions}
+                    error = None if result.error_code == ErrorCode.none else error_for(
+                        result.error_code, f"Log dir {result.log_dir}")
+                    total = getattr(result, "total_bytes", -1)
+                    usable = getattr(result, "usable_bytes", -1)
+                    dirs[result.log_dir] = LogDirDescription(
+                        result.log_dir, error, replicas, None if total < 0 else total,
+                        None if usable < 0 else usable)
+                return dirs
+
+            out[broker_id] = await self._call(
+                "describeLogDirs", self._to_broker(broker_id, "describeLogDirs"),
+                ApiKey.DESCRIBE_LOG_DIRS, {"topics": None}, handle, timeout=timeout)
+        return out
+
+    # -------------------------------------------------------------------------- records
+
+    async def _leaders(self, partitions: Iterable[TopicPartition], deadline: float,
+                       name: str) -> dict[int, list[TopicPartition]]:
+        """Group partitions by leader, refreshing metadata for their topics."""
+        partitions = list(partitions)
+        topics = sorted({tp.topic for tp in partitions})
+        response = await self._topic_metadata(topics, name,
+                                              max(deadline - time.monotonic(), 0.001))
+        leaders: dict[TopicPartition, int] = {}
+        for topic in response.topics:
+            if topic.error_code != ErrorCode.none:
+                raise error_for(topic.error_code, f"Topic '{topic.name}'")
+            for p in topic.partitions:
+                leaders[TopicPartition(topic.name, p.partition_index)] = p.leader_id
+        by_node: dict[int, list[TopicPartition]] = {}
+        for tp in partitions:
+            if tp not in leaders:
+                raise error_for(ErrorCode.unknown_topic_or_partition,
+                                f"Partition {tp} does not exist")
+            if leaders[tp] < 0:
+                raise error_for(ErrorCode.leader_not_available, f"No leader for {tp}")
+            by_node.setdefault(leaders[tp], []).append(tp)
+        return by_node
+
+    @staticmethod
+    def _by_topic(partitions: Iterable[TopicPartition]) -> dict[str, list[int]]:
+        topics: dict[str, list[int]] = {}
+        for tp in partitions:
+            topics.setdefault(tp.topic, []).append(tp.partition)
+        return topics
+
+    async def delete_records(self, before: Mapping[TopicPartition, int], *,
+                             timeout: float | None = None) -> dict[TopicPartition, int]:
+        """Delete records below the given offsets (-1: the high watermark); returns each
+        partition's new low watermark."""
+        deadline = self._deadline(timeout)
+        out: dict[TopicPartition, int] = {}
+        leaders = await self._leaders(before, deadline, "deleteRecords")
+        timeout_ms = round((self.default_timeout if timeout is None else timeout) * 1000)
+        for node, tps in leaders.items():
+            body = {"topics": [{"name": topic, "partitions": [
+                {"partition_index": p, "offset": before[TopicPartition(topic, p)]}
+                for p in parts]} for topic, parts in self._by_topic(tps).items()],
+                "timeout": timeout_ms}
+
+            def handle(response: Any, _node: int) -> dict[TopicPartition, int]:
+                result = {}
+                for topic in response.topics:
+                    for p in topic.partitions:
+                        tp = TopicPartition(topic.name, p.partition_index)
+                        _check(p.error_code, None, f"Partition {tp}")
+                        result[tp] = p.low_watermark
+                return result
+
+            out.update(await self._call("deleteRecords", self._to_broker(node, "deleteRecords"),
+                                        ApiKey.DELETE_RECORDS, body, handle,
+                                        timeout=max(deadline - time.monotonic(), 0.001)))
+        return out
+
+    async def list_offsets(self, specs: Mapping[TopicPartition, int], *,
+                           isolation_level: int = 0, timeout: float | None = None
+                           ) -> dict[TopicPartition, ListedOffset]:
+        """Offsets by OffsetSpec (EARLIEST, LATEST, MAX_TIMESTAMP or a timestamp); a
+        timestamp with no record at or after it gives offset -1."""
+        deadline = self._deadline(timeout)
+        out: dict[TopicPartition, ListedOffset] = {}
+        leaders = await self._leaders(specs, deadline, "listOffsets")
+        timeout_ms = round((self.default_timeout if timeout is None else timeout) * 1000)
+        for node, tps in leaders.items():
+            body = {"replica_id": -1, "isolation_level": isolation_level,
+                    "topics": [{"name": topic, "partitions": [
+                        {"partition_index": p, "current_leader_epoch": -1,
+                         "timestamp": specs[TopicPartition(topic, p)], "max_num_offsets": 1}
+                        for p in parts]} for topic, parts in self._by_topic(tps).items()],
+                    "timeout": timeout_ms}
+
+            def handle(response: Any, _node: int) -> dict[TopicPartition, ListedOffset]:
+                result = {}
+                for topic in response.topics:
+                    for p in topic.partitions:
+                        tp = TopicPartition(topic.name, p.partition_index)
+                        _check(p.error_code, None, f"Partition {tp}")
+                        epoch = getattr(p, "leader_epoch", -1)
+                        result[tp] = ListedOffset(p.offset, p.timestamp,
+                                                  None if epoch < 0 else epoch)
+                return result
+
+            out.update(await self._call("listOffsets", self._to_broker(node, "listOffsets"),
+                                        ApiKey.LIST_OFFSETS, body, handle,
+                                        timeout=max(deadline - time.monotonic(), 0.001)))
+        return out
+
+    # -------------------------------------------------------------------------- groups
+
+    async def list_groups(self, *, timeout: float | None = None) -> list[GroupListing]:
+        """Every group known to any broker."""
+        cluster = await self._cluster(self._deadline(timeout), "listGroups")
+        found: dict[str, GroupListing] = {}
+        for node in cluster.nodes:
+            def handle(response: Any, _node: int) -> list[GroupListing]:
+                _check(response.error_code, None, "listGroups")
+                return [GroupListing(g.group_id, g.protocol_type,
+                                     getattr(g, "group_state", None) or None,
+                                     getattr(g, "group_type", None) or None)
+                        for g in response.groups]
+
+            body = {"states_filter": [], "types_filter": []}
+            for listing in await self._call("listGroups",
+                                            self._to_broker(node.node_id, "listGroups"),
+                                            ApiKey.LIST_GROUPS, body, handle, timeout=timeout):
+                found[listing.group_id] = listing
+        return sorted(found.values(), key=lambda g: g.group_id)
+
+    async def describe_groups(self, group_ids: Iterable[str], *,
+                              timeout: float | None = None) -> dict[str, GroupDescription]:
+        """Members, assignments and state per group. A group that does not exist raises
+        GroupIdNotFoundError (Kafka 4 brokers; older ones describe it in state Dead)."""
+        out: dict[str, GroupDescription] = {}
+        for group_id in group_ids:
+            def handle(response: Any, node: int, group_id: str = group_id
+                       ) -> GroupDescription:
+                group = response.groups[0]
+                _check(group.error_code, getattr(group, "error_message", None),
+                       f"Group '{group_id}'")
+                members = []
+                for m in group.members:
+                    assignment: tuple[TopicPartition, ...] = ()
+                    if group.protocol_type == "consumer" and m.member_assignment:
+                        with contextlib.suppress(Exception):
+                            assignment = tuple(Assignment.decode(m.member_assignment)
+                                               .partitions)
+                    members.append(MemberDescription(
+                        m.member_id, getattr(m, "group_instance_id", None), m.client_id,
+                        m.client_host, assignment))
+                return GroupDescription(group.group_id, group.group_state, group.protocol_type,
+                                        group.protocol_data, tuple(members),
+                                        self.metadata.cluster.node(node))
+
+            out[group_id] = await self._call(
+                "describeGroups", self._to_coordinator(group_id, "describeGroups"),
+                ApiKey.DESCRIBE_GROUPS, {"groups": [group_id],
+                                         "include_authorized_operations": False},
+                handle, timeout=timeout, on_retry=self._forget_coordinator(group_id))
+        return out
+
+    async def delete_groups(self, group_ids: Iterable[str], *,
+                            timeout: float | None = None) -> None:
+        """Delete empty groups; raises GroupIdNotFoundError or NonEmptyGroupError."""
+        for group_id in group_ids:
+            def handle(response: Any, _node: int, group_id: str = group_id) -> None:
+                for result in response.results:
+                    _check(result.error_code, None, f"Group '{group_id}'")
+
+            await self._call("deleteGroups", self._to_coordinator(group_id, "deleteGroups"),
+                             ApiKey.DELETE_GROUPS, {"groups_names": [group_id]}, handle,
+                             timeout=timeout, on_retry=self._forget_coordinator(group_id))
+
+    async def list_group_offsets(self, group_id: str,
+                                 partitions: Iterable[TopicPartition] | None = None, *,
+                                 timeout: float | None = None
+                                 ) -> dict[TopicPartition, OffsetAndMetadata]:
+        """Committed offsets of a group (all its partitions when None)."""
+        topics = None if partitions is None else [
+            {"name": topic, "partition_indexes": parts}
+            for topic, parts in self._by_topic(partitions).items()]
+        body = {"group_id": group_id, "topics": topics, "require_stable": False,
+                "groups": [{"group_id": group_id, "member_id": None, "member_epoch": -1,
+                            "topics": topics}]}
+
+        def handle(response: Any, _node: int) -> dict[TopicPartition, OffsetAndMetadata]:
+            groups = getattr(response, "groups", None)
+            if groups is not None and not hasattr(response, "topics"):
+                group = groups[0]
+                _check(group.error_code, None, f"Group '{group_id}'")
+                topic_list = group.topics
+            else:
+                _check(response.error_code, None, f"Group '{group_id}'")
+                topic_list = response.topics
+            result = {}
+            for topic in topic_list:
+                for p in topic.partitions:
+                    tp = TopicPartition(topic.name, p.partition_index)
+                    _check(p.error_code, None, f"Partition {tp} of group '{group_id}'")
+                    if p.committed_offset < 0:
+                        continue
+                    epoch = getattr(p, "committed_leader_epoch", -1)
+                    result[tp] = OffsetAndMetadata(p.committed_offset, p.metadata or "",
+                                                   None if epoch < 0 else epoch)
+            return result
+
+        return await self._call("listConsumerGroupOffsets",
+                                self._to_coordinator(group_id, "listConsumerGroupOffsets"),
+                                ApiKey.OFFSET_FETCH, body, handle, timeout=timeout,
+                                on_retry=self._forget_coordinator(group_id))
+
+    async def alter_group_offsets(self, group_id: str,
+                                  offsets: Mapping[TopicPartition, OffsetAndMetadata | int], *,
+                                  timeout: float | None = None) -> None:
+        """Commit offsets for a group that has no active members (as Kafka requires)."""
+        normalized = {tp: value if isinstance(value, OffsetAndMetadata)
+                      else OffsetAndMetadata(value) for tp, value in offsets.items()}
+        topics = [{"name": topic, "partitions": [{
+            "partition_index": p,
+            "committed_offset": normalized[TopicPartition(topic, p)].offset,
+            "committed_leader_epoch": normalized[TopicPartition(topic, p)].leader_epoch
+            if normalized[TopicPartition(topic, p)].leader_epoch is not None else -1,
+            "committed_metadata": normalized[TopicPartition(topic, p)].metadata}
+            for p in parts]} for topic, parts in self._by_topic(normalized).items()]
+        body = {"group_id": group_id, "generation_id_or_member_epoch": -1, "member_id": "",
+                "group_instance_id": None, "retention_time": -1, "topics": topics}
+
+        def handle(response: Any, _node: int) -> None:
+            for topic in response.topics:
+                for p in topic.partitions:
+                    _check(p.error_code, None,
+                           f"Partition {topic.name}-{p.partition_index} of group '{group_id}'")
+
+        await self._call("alterConsumerGroupOffsets",
+                         self._to_coordinator(group_id, "alterConsumerGroupOffsets"),
+                         ApiKey.OFFSET_COMMIT, body, handle, timeout=timeout,
+                         on_retry=self._forget_coordinator(group_id))

@@ -1,0 +1,160 @@
+"""Command-line tools on top of the client: `moldau topics`, `moldau produce`,
+`moldau perf produce`. Flags follow Kafka's kafka-topics, kafka-console-producer and
+ProducerPerformance. The parsers import nothing heavy; each command loads the client when
+it runs."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from moldau.client.cli.common import run_command
+
+__all__ = ["add_commands"]
+
+
+def _topics_parser(commands: Any) -> None:
+    parser = commands.add_parser(
+        "topics", help="create, list, describe, alter or delete topics",
+        description="Manage topics, like Kafka's kafka-topics tool.")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    def common(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT",
+                         help="broker(s) to connect to, comma-separated")
+        sub.add_argument("--command-config", metavar="FILE",
+                         help="admin client properties file (Kafka's format)")
+        sub.add_argument("--timeout-ms", type=int, default=30000, metavar="MS",
+                         help="give up after this long (default: 30000)")
+
+    create = actions.add_parser("create", help="create a topic",
+                                description="Create a topic.",
+                                epilog="example: moldau topics create --bootstrap-server "
+                                       "localhost:9092 --topic orders --partitions 6 "
+                                       "--config retention.ms=86400000")
+    common(create)
+    create.add_argument("--topic", required=True, help="the topic to create")
+    create.add_argument("--partitions", type=int,
+                        help="number of partitions (default: the broker's num.partitions)")
+    create.add_argument("--replication-factor", type=int,
+                        help="replicas per partition (default: the broker's "
+                             "default.replication.factor)")
+    create.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                        help="a topic setting; repeat as needed")
+    create.add_argument("--if-not-exists", action="store_true",
+                        help="succeed quietly if the topic exists")
+    create.set_defaults(run=run_command("topics", "create"))
+
+    listing = actions.add_parser("list", help="list topic names",
+                                 description="List every topic, one per line.")
+    common(listing)
+    listing.add_argument("--topic", help="only topics matching this name or regular "
+                                         "expression")
+    listing.add_argument("--exclude-internal", action="store_true",
+                         help="leave out internal topics such as __consumer_offsets")
+    listing.set_defaults(run=run_command("topics", "list_"))
+
+    describe = actions.add_parser(
+        "describe", help="show partitions, leaders, replicas, ISR and settings",
+        description="Describe topics as kafka-topics does: one summary line per topic with "
+                    "its non-default settings, then one line per partition.")
+    common(describe)
+    describe.add_argument("--topic", help="topic name or regular expression (default: all)")
+    describe.add_argument("--exclude-internal", action="store_true",
+                          help="leave out internal topics")
+    describe.add_argument("--under-replicated-partitions", action="store_true",
+                          help="only partitions whose ISR is smaller than the replica set")
+    describe.add_argument("--unavailable-partitions", action="store_true",
+                          help="only partitions without a leader")
+    describe.set_defaults(run=run_command("topics", "describe"))
+
+    alter = actions.add_parser(
+        "alter", help="add partitions or change settings",
+        description="Increase the partition count and/or set and delete topic settings.")
+    common(alter)
+    alter.add_argument("--topic", required=True, help="topic name or regular expression")
+    alter.add_argument("--partitions", type=int, help="new (larger) partition count")
+    alter.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                       help="set a topic setting; repeat as needed")
+    alter.add_argument("--delete-config", action="append", default=[], metavar="KEY",
+                       help="remove a topic setting (back to the default); repeat as needed")
+    alter.set_defaults(run=run_command("topics", "alter"))
+
+    delete = actions.add_parser("delete", help="delete topics",
+                                description="Delete a topic and all its data.")
+    common(delete)
+    delete.add_argument("--topic", required=True, help="topic name or regular expression")
+    delete.add_argument("--if-exists", action="store_true",
+                        help="succeed quietly if no topic matches")
+    delete.set_defaults(run=run_command("topics", "delete"))
+
+
+def _produce_parser(commands: Any) -> None:
+    parser = commands.add_parser(
+        "produce", help="send lines from standard input as records",
+        description="Read lines from standard input and send each as one record, like "
+                    "Kafka's console producer.",
+        epilog="example: printf 'k1:v1\\nk2:v2\\n' | moldau produce --bootstrap-server "
+               "localhost:9092 --topic orders --property parse.key=true "
+               "--property key.separator=:")
+    parser.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT",
+                        help="broker(s) to connect to, comma-separated")
+    parser.add_argument("--topic", required=True, help="the topic to send to")
+    parser.add_argument("--property", action="append", default=[], metavar="KEY=VALUE",
+                        help="line parsing: parse.key (false), key.separator (tab), "
+                             "parse.headers (false), headers.delimiter (tab), "
+                             "headers.separator (,), headers.key.separator (:), "
+                             "null.marker, ignore.error (false)")
+    parser.add_argument("--compression-codec", nargs="?", const="gzip",
+                        choices=["none", "gzip", "snappy", "lz4", "zstd"],
+                        help="compress batches (gzip if given without a value)")
+    parser.add_argument("--producer-property", action="append", default=[],
+                        metavar="KEY=VALUE", help="a producer setting; repeat as needed")
+    parser.add_argument("--producer.config", dest="producer_config", metavar="FILE",
+                        help="producer properties file (Kafka's format)")
+    parser.add_argument("--request-required-acks", metavar="ACKS",
+                        help="acks: all, -1, 0 or 1 (default: all)")
+    parser.add_argument("--max-block-ms", type=int, metavar="MS",
+                        help="how long to wait for metadata or memory (default: 60000)")
+    parser.add_argument("--sync", action="store_true",
+                        help="wait for each record's acknowledgement before the next")
+    parser.set_defaults(run=run_command("produce", "main"))
+
+
+def _perf_parser(commands: Any) -> None:
+    parser = commands.add_parser("perf", help="performance tests",
+                                 description="Measure throughput and latency.")
+    kinds = parser.add_subparsers(dest="kind", metavar="TEST", required=True)
+    produce = kinds.add_parser(
+        "produce", help="producer throughput and latency",
+        description="Send records as fast as allowed and report records/s, MB/s and "
+                    "latency percentiles, like Kafka's ProducerPerformance.",
+        epilog="example: moldau perf produce --topic perf --num-records 1000000 "
+               "--record-size 100 --throughput -1 --producer-props "
+               "bootstrap.servers=localhost:9092 acks=1")
+    produce.add_argument("--topic", required=True, help="the topic to send to")
+    produce.add_argument("--num-records", type=int, required=True, metavar="N",
+                         help="how many records to send")
+    size = produce.add_mutually_exclusive_group(required=True)
+    size.add_argument("--record-size", type=int, metavar="BYTES",
+                      help="size of each record's value")
+    size.add_argument("--payload-file", metavar="FILE",
+                      help="values taken at random from the lines of this file")
+    produce.add_argument("--throughput", type=float, required=True, metavar="RECORDS/S",
+                         help="cap on records per second; -1 for no cap")
+    produce.add_argument("--producer-props", nargs="+", default=[], metavar="KEY=VALUE",
+                         help="producer settings, e.g. bootstrap.servers=host:9092 acks=1")
+    produce.add_argument("--producer.config", dest="producer_config", metavar="FILE",
+                         help="producer properties file (Kafka's format)")
+    produce.add_argument("--bootstrap-server", metavar="HOST:PORT",
+                         help="shortcut for --producer-props bootstrap.servers=...")
+    produce.add_argument("--reporting-interval", type=int, default=5000, metavar="MS",
+                         help="progress line interval (default: 5000)")
+    produce.set_defaults(run=run_command("perf", "produce"))
+
+
+def add_commands(commands: Any) -> None:
+    """Add the client tools to the `moldau` command's subparsers."""
+    _topics_parser(commands)
+    _produce_parser(commands)
+    _perf_parser(commands)

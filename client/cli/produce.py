@@ -1,0 +1,132 @@
+"""`moldau produce`: each line of standard input becomes one record, as with Kafka's
+console producer (its LineMessageReader properties included)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from moldau.client.cli.common import (
+    EXIT_ERROR,
+    EXIT_OK,
+    UsageError,
+    load_properties_file,
+    parse_pairs,
+)
+from moldau.client.errors import KafkaError
+from moldau.client.producer import Producer
+from moldau.client.types import RecordMetadata
+
+READER_PROPERTIES = {
+    "parse.key": "false", "key.separator": "\t", "parse.headers": "false",
+    "headers.delimiter": "\t", "headers.separator": ",", "headers.key.separator": ":",
+    "null.marker": None, "ignore.error": "false",
+}
+
+
+def _flag(value: str | None) -> bool:
+    return (value or "").strip().lower() == "true"
+
+
+class LineReader:
+    """Splits a line into (key, value, headers) according to the reader properties."""
+
+    def __init__(self, properties: dict[str, str]) -> None:
+        unknown = sorted(set(properties) - set(READER_PROPERTIES))
+        if unknown:
+            raise UsageError(f"Unknown --property {unknown[0]!r}; supported: "
+                             + ", ".join(READER_PROPERTIES))
+        merged: dict[str, Any] = {**READER_PROPERTIES, **properties}
+        self.parse_key = _flag(merged["parse.key"])
+        self.key_separator = merged["key.separator"].encode()
+        self.parse_headers = _flag(merged["parse.headers"])
+        self.headers_delimiter = merged["headers.delimiter"].encode()
+        self.headers_separator = merged["headers.separator"].encode()
+        self.headers_key_separator = merged["headers.key.separator"].encode()
+        marker = merged["null.marker"]
+        self.null_marker = None if marker is None else marker.encode()
+        self.ignore_error = _flag(merged["ignore.error"])
+        if not self.key_separator or not self.headers_delimiter:
+            raise UsageError("key.separator and headers.delimiter must not be empty")
+
+    def _null(self, value: bytes) -> bytes | None:
+        return None if self.null_marker is not None and value == self.null_marker else value
+
+    def parse(self, line: bytes, number: int
+              ) -> tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]] | None]:
+        headers = None
+        rest = line
+        if self.parse_headers:
+            head, sep, rest = line.partition(self.headers_delimiter)
+            if not sep:
+                if not self.ignore_error:
+                    raise UsageError(f"No headers delimiter found on line number {number}: "
+                                     f"'{line.decode(errors='replace')}'")
+                head, rest = b"", line
+            headers = []
+            for item in head.split(self.headers_separator) if head else []:
+                name, sep, value = item.partition(self.headers_key_separator)
+                if not sep:
+                    raise UsageError(f"No header key separator found in pair "
+                                     f"'{item.decode(errors='replace')}' on line number "
+                                     f"{number}")
+                headers.append((name.decode(errors="replace"), self._null(value)))
+        key = None
+        value: bytes | None = rest
+        if self.parse_key:
+            raw_key, sep, raw_value = rest.partition(self.key_separator)
+            if sep:
+                key, value = self._null(raw_key), raw_value
+            elif not self.ignore_error:
+                raise UsageError(f"No key separator found on line number {number}: "
+                                 f"'{rest.decode(errors='replace')}'")
+        return key, self._null(value) if value is not None else None, headers or None
+
+
+def main(args: argparse.Namespace) -> int:
+    reader = LineReader(parse_pairs(args.property, "--property"))
+    config: dict[str, Any] = dict(load_properties_file(args.producer_config))
+    config.update(parse_pairs(args.producer_property, "--producer-property"))
+    config["bootstrap.servers"] = args.bootstrap_server
+    if args.compression_codec:
+        config["compression.type"] = args.compression_codec
+    if args.request_required_acks is not None:
+        config["acks"] = args.request_required_acks
+    if args.max_block_ms is not None:
+        config["max.block.ms"] = args.max_block_ms
+    topic = args.topic
+    failures = 0
+
+    def report(key: bytes | None, value: bytes | None):  # noqa: ANN202 - a callback factory
+        def callback(metadata: RecordMetadata | None, error: Exception | None) -> None:
+            nonlocal failures
+            if error is not None:
+                failures += 1
+                print(f"Error when sending message to topic {topic} with key: "
+                      f"{'null' if key is None else f'{len(key)} bytes'}, value: "
+                      f"{'null' if value is None else f'{len(value)} bytes'} with error: "
+                      f"{error}", file=sys.stderr)
+        return callback
+
+    producer = Producer(config)
+    # Lines read before a bad one are still delivered; a client error or Ctrl-C stops
+    # at once.
+    graceful = True
+    try:
+        for number, raw in enumerate(sys.stdin.buffer, 1):
+            line = raw[:-1] if raw.endswith(b"\n") else raw
+            if line.endswith(b"\r"):
+                line = line[:-1]
+            key, value, headers = reader.parse(line, number)
+            future = producer.send(topic, value, key=key, headers=headers,
+                                   callback=report(key, value))
+            if args.sync:
+                future.get()
+        producer.flush()
+    except (KafkaError, KeyboardInterrupt):
+        graceful = False
+        raise
+    finally:
+        producer.close(None if graceful else 0)
+    return EXIT_ERROR if failures else EXIT_OK

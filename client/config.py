@@ -1,0 +1,163 @@
+"""Client settings with Kafka's names, types and defaults, parsed with moldau.config.
+
+Settings are given as a mapping with Kafka's dotted names (`{"linger.ms": 10}`), or as
+keyword arguments with underscores (`linger_ms=10`); both may be combined. Unknown names
+and invalid values raise `ConfigError` naming the setting.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from typing import Any
+
+from moldau.config import (
+    INT_MAX,
+    ConfigDef,
+    ConfigError,
+    ConfigKey,
+    ConfigType,
+    at_least,
+    between,
+    one_of,
+)
+
+__all__ = ["ADMIN_CONFIG", "COMMON_KEYS", "PRODUCER_CONFIG", "ConfigError", "parse_config"]
+
+B, S, INT, L, LIST, C = (ConfigType.BOOLEAN, ConfigType.STRING, ConfigType.INT,
+                         ConfigType.LONG, ConfigType.LIST, ConfigType.CLASS)
+
+COMMON_KEYS: list[ConfigKey] = [
+    ConfigKey("bootstrap.servers", LIST, None,
+              "host:port pairs used to discover the cluster; one reachable broker suffices"),
+    ConfigKey("client.id", S, "", "a name sent with every request, for the broker's logs"),
+    ConfigKey("request.timeout.ms", INT, 30000,
+              "how long to wait for a response before disconnecting and failing the request",
+              at_least(0)),
+    ConfigKey("max.in.flight.requests.per.connection", INT, 5,
+              "unanswered requests allowed on one connection", at_least(1)),
+    ConfigKey("reconnect.backoff.ms", L, 50, "first wait before reconnecting to a broker",
+              at_least(0)),
+    ConfigKey("reconnect.backoff.max.ms", L, 1000,
+              "the reconnect wait doubles after each failure up to this", at_least(0)),
+    ConfigKey("retry.backoff.ms", L, 100, "wait before retrying a failed request",
+              at_least(0)),
+    ConfigKey("retry.backoff.max.ms", L, 1000,
+              "the retry wait grows exponentially up to this", at_least(0)),
+    ConfigKey("metadata.max.age.ms", L, 300000,
+              "refresh cluster metadata at least this often", at_least(0)),
+    ConfigKey("socket.connection.setup.timeout.ms", L, 10000,
+              "give up on a connection attempt after this long", at_least(0)),
+    ConfigKey("send.buffer.bytes", INT, 131072, "SO_SNDBUF; -1 keeps the OS default",
+              at_least(-1)),
+    ConfigKey("receive.buffer.bytes", INT, 65536, "SO_RCVBUF; -1 keeps the OS default",
+              at_least(-1)),
+    ConfigKey("security.protocol", S, "PLAINTEXT", "only PLAINTEXT is implemented",
+              one_of("PLAINTEXT", case_sensitive=False)),
+]
+
+PRODUCER_KEYS: list[ConfigKey] = [
+    ConfigKey("acks", S, "all", "acknowledgements required: all (-1), 1 or 0",
+              one_of("all", "-1", "0", "1", case_sensitive=False)),
+    ConfigKey("linger.ms", L, 5, "wait this long for more records before sending a batch",
+              at_least(0)),
+    ConfigKey("batch.size", INT, 16384, "bytes of records per partition batch", at_least(0)),
+    ConfigKey("buffer.memory", L, 33554432, "total bytes buffered for sending", at_least(0)),
+    ConfigKey("max.block.ms", L, 60000,
+              "how long send() may wait for metadata or buffer memory", at_least(0)),
+    ConfigKey("delivery.timeout.ms", INT, 120000,
+              "upper bound on the time from send() to success or failure", at_least(0)),
+    ConfigKey("enable.idempotence", B, True,
+              "producer ids and sequence numbers: no duplicates, order kept on retries"),
+    ConfigKey("compression.type", S, "none", "codec for record batches",
+              one_of("none", "gzip", "snappy", "lz4", "zstd")),
+    ConfigKey("compression.gzip.level", INT, -1, "gzip level 1-9 (-1: the codec default)",
+              between(-1, 9)),
+    ConfigKey("compression.zstd.level", INT, 3, "zstd level", between(-131072, 22)),
+    ConfigKey("max.request.size", INT, 1048576,
+              "largest Produce request, and so the largest record", at_least(0)),
+    ConfigKey("retries", INT, INT_MAX, "retries of a failed batch within delivery.timeout.ms",
+              at_least(0)),
+    ConfigKey("partitioner.class", C, None,
+              "a callable(topic, key_bytes, partition_count) -> partition, or None"),
+    ConfigKey("partitioner.ignore.keys", B, False,
+              "place keyed records like keyless ones (sticky)"),
+    ConfigKey("metadata.max.idle.ms", L, 300000,
+              "forget a topic's metadata when nothing was sent to it for this long",
+              at_least(5000)),
+    ConfigKey("transactional.id", S, None, "transactions are not implemented yet"),
+    ConfigKey("transaction.timeout.ms", INT, 60000, "transaction timeout", at_least(1)),
+]
+
+ADMIN_KEYS: list[ConfigKey] = [
+    ConfigKey("default.api.timeout.ms", INT, 60000,
+              "upper bound of an admin call, retries included", at_least(0)),
+]
+
+PRODUCER_CONFIG = ConfigDef([*COMMON_KEYS, *PRODUCER_KEYS])
+ADMIN_CONFIG = ConfigDef([*COMMON_KEYS, *ADMIN_KEYS])
+
+_client_ids = itertools.count(1)
+
+
+def parse_config(definition: ConfigDef, config: Mapping[str, Any] | None,
+                 overrides: Mapping[str, Any], *, what: str, kind: str) -> dict[str, Any]:
+    """Merge a dotted-name mapping with underscore keyword overrides, parse, fill defaults."""
+    raw: dict[str, Any] = dict(config or {})
+    for name, value in overrides.items():
+        raw[name.replace("_", ".")] = value
+    parsed = definition.with_defaults(definition.parse(raw, what=what))
+    servers = parsed["bootstrap.servers"]
+    if not servers:
+        raise ConfigError("Missing required configuration \"bootstrap.servers\" which has no "
+                          "default value.")
+    for server in servers:
+        host, _, port = server.rpartition(":")
+        if not host or not port.isdigit():
+            raise ConfigError(f"Invalid url in bootstrap.servers: {server}")
+    if not parsed["client.id"]:
+        parsed["client.id"] = f"moldau-{kind}-{next(_client_ids)}"
+    if parsed["reconnect.backoff.max.ms"] < parsed["reconnect.backoff.ms"]:
+        parsed["reconnect.backoff.max.ms"] = parsed["reconnect.backoff.ms"]
+    if parsed["retry.backoff.max.ms"] < parsed["retry.backoff.ms"]:
+        parsed["retry.backoff.max.ms"] = parsed["retry.backoff.ms"]
+    return parsed
+
+
+def parse_producer_config(config: Mapping[str, Any] | None,
+                          overrides: Mapping[str, Any]) -> dict[str, Any]:
+    explicit = {name.replace("_", ".") for name in overrides} | set(config or {})
+    parsed = parse_config(PRODUCER_CONFIG, config, overrides, what="producer configuration",
+                          kind="producer")
+    acks = str(parsed["acks"]).lower()
+    parsed["acks"] = -1 if acks in ("all", "-1") else int(acks)
+    if parsed["transactional.id"] is not None:
+        raise ConfigError("Invalid value for configuration transactional.id: transactions are "
+                          "not implemented yet")
+    # As in Kafka 3.0+, idempotence is on by default but quietly off when the user asks for
+    # settings it cannot work with; asking for both explicitly is an error.
+    conflict = None
+    if parsed["acks"] != -1:
+        conflict = "acks must be set to 'all'"
+    elif parsed["max.in.flight.requests.per.connection"] > 5:
+        conflict = "max.in.flight.requests.per.connection must be at most 5"
+    elif parsed["retries"] == 0:
+        conflict = "retries must be greater than 0"
+    if conflict and parsed["enable.idempotence"]:
+        if "enable.idempotence" in explicit:
+            raise ConfigError(f"Must set enable.idempotence to false or fix the conflict: "
+                              f"{conflict} to use the idempotent producer.")
+        parsed["enable.idempotence"] = False
+    minimum = parsed["linger.ms"] + parsed["request.timeout.ms"]
+    if parsed["delivery.timeout.ms"] < minimum:
+        if "delivery.timeout.ms" in explicit:
+            raise ConfigError(f"delivery.timeout.ms should be equal to or larger than "
+                              f"linger.ms + request.timeout.ms ({minimum})")
+        parsed["delivery.timeout.ms"] = minimum
+    return parsed
+
+
+def parse_admin_config(config: Mapping[str, Any] | None,
+                       overrides: Mapping[str, Any]) -> dict[str, Any]:
+    return parse_config(ADMIN_CONFIG, config, overrides, what="admin configuration",
+                        kind="admin")

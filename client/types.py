@@ -1,0 +1,44 @@
+"""Small value types shared by the producer, the admin client and the consumer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+
+class TopicPartition(NamedTuple):
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A broker as metadata describes it. Bootstrap addresses get negative ids until the
+    first metadata response names the real brokers."""
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+class RecordMetadata(NamedTuple):
+    """Where a record was written. `offset` is -1 when acks=0 (nothing comes back)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    serialized_key_size: int
+    serialized_value_size: int
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
