@@ -47,3 +47,9 @@ fmt: install
 
 clean:
 	rm -rf $(VENV) data build *.egg-info
+
+## Moldau next to Apache Kafka on this machine, same workloads and load generators (~20 min;
+## BENCH_ARGS=--quick for a few); writes docs/benchmarks.md. See bench/harness.py.
+.PHONY: bench
+bench: install kafka-deps
+	$(BIN)/python -m bench $(BENCH_ARGS)
