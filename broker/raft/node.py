@@ -4,8 +4,9 @@ A `RaftNode` is driven by four inputs, each taking the driver's current time:
 
 - `tick(now_ms)`: call it at (or after) `next_deadline_ms()`; timers fire here.
 - `handle(message, now_ms)`: a message from another voter.
-- `propose(records, now_ms)`: append records if this node leads (they are fsynced, in one batch,
-  `append_linger_ms` later, or earlier if something else needs the flush).
+- `propose(records, now_ms)`: append records if this node leads. The leader fsyncs them in one
+  batch `append_linger_ms` later; followers may fetch them before that, but the leader's own
+  copy only counts towards the high watermark once fsynced.
 - `resign(now_ms)`: a leader hands over gracefully (before its process is restarted).
 
 Each returns `Actions` (see actions.py) that the driver executes in order before the next input.
@@ -211,8 +212,13 @@ class RaftNode:
         if self._pending:
             return 0
         st = self._state
+        deadline = self._role_deadline(st)
         if self._snapshot_due():
-            return st.snapshot_pinned_until if isinstance(st, LeaderState) else 0
+            pinned = st.snapshot_pinned_until if isinstance(st, LeaderState) else 0
+            deadline = min(deadline, pinned)
+        return deadline
+
+    def _role_deadline(self, st: State) -> int:
         if isinstance(st, (UnattachedState, VotedState)):
             return st.election_deadline
         if isinstance(st, FollowerState):
@@ -761,6 +767,12 @@ class RaftNode:
         log = self.log
         if resp.fetch_offset != log.end_offset or resp.last_fetched_epoch != log.last_epoch:
             return  # answers a fetch from before our log last changed
+        if resp.error == NOT_LEADER_OR_FOLLOWER:
+            # Our leader gave this epoch up (it resigned, or restarted and cannot resume it):
+            # stop fetching and stand after the backoff, as if told by EndQuorumEpoch.
+            st.fetch_deadline = min(st.fetch_deadline, now + self._successor_backoff(()))
+            st.next_fetch_at = st.fetch_deadline
+            return
         if resp.error != NONE:
             st.next_fetch_at = min(st.next_fetch_at, now + self.config.retry_backoff_ms)
             return
