@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     busy_before = machine.busy_cpu_seconds()
     own_before = _own_cpu_seconds()
     date = datetime.datetime.now(datetime.UTC)
-    commit = _git_commit()  # now: the lead may commit while this runs
+    commit = _git_commit()  # read now: the checkout may change while this runs
     bench_dir = Path(tempfile.mkdtemp(prefix="moldau-bench-", dir=args.workdir))
     description = machine.describe(bench_dir)
     limits: dict[str, float] = {}
