@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from moldau.client.errors import KafkaError, KafkaTimeoutError, error_for
 from moldau.client.types import Node, TopicPartition
 from moldau.client.versions import ApiKey
+from moldau.client.wakeup import Wakeup
 from moldau.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -170,7 +171,7 @@ class Metadata:
         self._failures = 0
         self._epochs: dict[TopicPartition, int] = {}
         self._wake: asyncio.Event | None = None
-        self._waiters: list[asyncio.Future[None]] = []
+        self._wakeup = Wakeup()
         self._listeners: list[Any] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
@@ -319,22 +320,11 @@ class Metadata:
         self._notify()
 
     def _notify(self) -> None:
-        waiters, self._waiters = self._waiters, []
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)
+        self._wakeup.notify()
 
     async def wait_for_change(self, timeout: float) -> None:
         """Wait until the next update attempt finishes (success or failure) or `timeout`."""
-        waiter = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
-        try:
-            await asyncio.wait_for(waiter, timeout)
-        except TimeoutError:
-            pass
-        finally:
-            if waiter in self._waiters:
-                self._waiters.remove(waiter)
+        await self._wakeup.wait(timeout)
 
     async def fetch_topic(self, topic: str, timeout: float) -> Cluster:
         """Wait until `topic` has partitions in the snapshot; raise for topics that cannot

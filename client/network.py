@@ -32,6 +32,7 @@ from moldau.client.errors import (
 )
 from moldau.client.metadata import Metadata
 from moldau.client.versions import ApiKey, client_versions, negotiate
+from moldau.client.wakeup import Wakeup
 from moldau.errors import ErrorCode
 from moldau.protocol.build import build
 from moldau.protocol.messages import request_class
@@ -113,7 +114,7 @@ class NetworkClient:
                                           reconnect_backoff_max_ms / 1000)
         self._states: dict[int, NodeState] = {}
         self._listeners: list[Callable[[], None]] = []
-        self._waiters: list[asyncio.Future[None]] = []
+        self._wakeup = Wakeup()
         self._closed = False
         self._software_version = _software_version()
         metadata.add_listener(self._on_metadata)
@@ -138,23 +139,11 @@ class NetworkClient:
     def _notify(self) -> None:
         for callback in self._listeners:
             callback()
-        if self._waiters:
-            waiters, self._waiters = self._waiters, []
-            for waiter in waiters:
-                if not waiter.done():
-                    waiter.set_result(None)
+        self._wakeup.notify()
 
     async def wait_for_event(self, timeout: float) -> None:
         """Wait until some connection changes state or completes a request, or `timeout`."""
-        waiter = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
-        try:
-            await asyncio.wait_for(waiter, timeout)
-        except TimeoutError:
-            pass
-        finally:
-            if waiter in self._waiters:
-                self._waiters.remove(waiter)
+        await self._wakeup.wait(timeout)
 
     # -------------------------------------------------------------------------- states
 
