@@ -17,9 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,27 +25,10 @@ import time
 import uuid
 from collections.abc import Callable
 
+from bench.confluent_throughput import free_port, start_broker
+
 CLIENTS = ["moldau", "moldau-async", "kafka-python", "aiokafka"]
 MB = 1024 * 1024
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start_broker(data_dir: str, port: int) -> subprocess.Popen[str]:
-    moldau = os.path.join(os.path.dirname(sys.executable), "moldau")
-    process = subprocess.Popen(
-        [moldau, "broker", "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
-         "--override", f"log.dirs={data_dir}", "--log-level", "WARNING"],
-        stdout=subprocess.PIPE, text=True)
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    if "moldau broker ready" not in line:
-        raise SystemExit(f"broker did not start: {line!r}")
-    return process
 
 
 # ----------------------------------------------------------------------------- workers
