@@ -26,7 +26,7 @@ def assert_all_ok(results: list[SimResult]) -> None:
 
 @soak_timeout
 @pytest.mark.parametrize(("nodes", "profile", "seeds"), [
-    (3, "mixed", 1000), (3, "churn", 400), (5, "mixed", 400), (5, "churn", 150)])
+    (3, "mixed", 800), (3, "churn", 300), (5, "mixed", 300), (5, "churn", 120)])
 def test_random_schedules_keep_every_invariant(nodes, profile, seeds):
     count = SOAK_SEEDS or seeds
     results = run_seeds(range(count), nodes, jobs=JOBS, profile=profile)
