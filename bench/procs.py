@@ -58,19 +58,21 @@ def kill_all() -> None:
 
 
 def run(command: Sequence[str], *, timeout: float, cwd: Path | None = None,
-        env: dict[str, str] | None = None) -> tuple[int, str, str]:
+        env: dict[str, str] | None = None,
+        stdout: IO | int | None = subprocess.PIPE) -> tuple[int, str, str]:
     """Run to completion (killed at `timeout`); returns exit code, stdout, stderr."""
-    proc = spawn(command, cwd=cwd, env=env)
+    proc = spawn(command, cwd=cwd, env=env, stdout=stdout)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         kill(proc)
         out, err = proc.communicate()
         raise TimeoutError(f"{Path(command[0]).name} still running after {timeout:.0f} s; "
-                           f"last output: {tail(out + err)}") from None
+                           f"last output: {tail((out or b'') + err)}") from None
     finally:
         kill(proc)
-    return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
+    return (proc.returncode, (out or b"").decode(errors="replace"),
+            err.decode(errors="replace"))
 
 
 def read_line(proc: subprocess.Popen, timeout: float) -> bytes:

@@ -14,6 +14,7 @@ class Cell:
     text: str = ""
     status: str = "not run"  # ok | failed | n/a | not run
     reason: str = ""
+    spread: tuple[float, float] | None = None  # lowest and highest of repeated runs
 
     def show(self, unit: str) -> str:
         if self.status == "ok":
@@ -126,18 +127,31 @@ def targets(rows: dict[str, Row], limits: dict[str, float]) -> list[Target]:
         cell = rows[row_id].cells[broker] if row_id in rows else None
         return cell.value if cell is not None and cell.status == "ok" else None
 
+    def overlap(row_id: str, factor: float, higher: bool) -> str:
+        """A note when the repeated runs of both brokers overlap: a miss inside the noise."""
+        row = rows.get(row_id)
+        mine = row.cells["moldau"].spread if row else None
+        theirs = row.cells["kafka"].spread if row else None
+        if mine is None or theirs is None:
+            return ""
+        inside = (mine[1] >= theirs[0] * factor) if higher else (mine[0] <= theirs[1] * factor)
+        return "; within the run-to-run spread" if inside else ""
+
     found: list[Target] = []
     moldau, kafka = ok("p1k_a1", "moldau"), ok("p1k_a1", "kafka")
     name = "Produce, acks=1, batched 1 KiB records: at least Kafka's"
     if moldau is None or kafka is None:
         found.append(Target(name, "not measured", ""))
     else:
-        found.append(Target(name, "met" if moldau >= kafka else "missed",
+        met = moldau >= kafka
+        found.append(Target(name, "met" if met else "missed",
                             f"{fmt(moldau, 'MiB/s')} vs {fmt(kafka, 'MiB/s')} "
-                            f"({moldau / kafka:.0%})"))
-    # The faster of the two consumers: the other one is then the bottleneck, not the broker.
+                            f"({moldau / kafka:.0%})"
+                            + ("" if met else overlap("p1k_a1", 1.0, higher=True))))
+    # The fastest consumer: the slower ones are then the bottleneck, not the broker.
     hot = [(v, who) for v, who in ((ok("c_hot", "moldau"), "ConsumerPerformance"),
-                                   (ok("c_hot_rdk", "moldau"), "librdkafka")) if v is not None]
+                                   (ok("c_hot_rdk", "moldau"), "librdkafka in Python"),
+                                   (ok("c_hot_kcat", "moldau"), "kcat")) if v is not None]
     bound = limits.get("loopback")
     name = "Fetch from a hot cache: at least 80% of the loopback limit"
     if not hot or bound is None:
@@ -152,9 +166,11 @@ def targets(rows: dict[str, Row], limits: dict[str, float]) -> list[Target]:
     if moldau is None or kafka is None:
         found.append(Target(name, "not measured", ""))
     else:
-        found.append(Target(name, "met" if moldau <= 2 * kafka else "missed",
+        met = moldau <= 2 * kafka
+        found.append(Target(name, "met" if met else "missed",
                             f"{fmt(moldau, 'ms')} vs {fmt(kafka, 'ms')} "
-                            f"({moldau / kafka:.2f}×)"))
+                            f"({moldau / kafka:.2f}×)"
+                            + ("" if met else overlap("lat_p99", 2.0, higher=False))))
     moldau = ok("startup", "moldau")
     name = "Start-up under 1 s"
     found.append(Target(name, "not measured", "") if moldau is None else

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import socket
 import subprocess
 import sys
@@ -28,7 +29,15 @@ KIB = 1024
 MIB = 1024 * 1024
 GIB = 1024 * MIB
 # Batched producer settings for the throughput workloads (stated in the table).
+KCAT = shutil.which("kcat")  # Debian's kcat package (`make tools`)
 BATCHED = {"batch.size": "262144", "linger.ms": "5"}
+# The consumers of the consume workload: row-id suffix, name, settings.
+CONSUMERS = (
+    ("", "ConsumerPerformance", "consumer defaults"),
+    ("_rdk", "librdkafka in Python", "confluent-kafka, max.partition.fetch.bytes=10485760"),
+    ("_kcat", "kcat", "librdkafka in C, values to /dev/null, "
+     "max.partition.fetch.bytes=10485760"),
+)
 GROUPS = ("startup", "produce", "consume", "latency", "connections", "partitions", "recovery")
 
 
@@ -108,17 +117,14 @@ def define_rows(plan: Plan, moldau_perf: bool) -> list[Row]:
         row.cells = {b: Cell(status="n/a", reason="`moldau perf` not available")
                      for b in row.cells}
     rows.append(row)
-    hot = f"{plan.produce_1k:,} x 1 KiB records, 1 partition, consumer defaults"
-    rows += [
-        Row("c_hot", "consume", "Consume, hot page cache (ConsumerPerformance)", "MiB/s",
-            "higher", hot, limit="loopback"),
-        Row("c_hot_rdk", "consume", "Consume, hot page cache (librdkafka)", "MiB/s", "higher",
-            hot, limit="loopback"),
-        Row("c_cold", "consume", "Consume, cold page cache (ConsumerPerformance)", "MiB/s",
-            "higher", "after echo 3 > /proc/sys/vm/drop_caches", limit="disk_read"),
-        Row("c_cold_rdk", "consume", "Consume, cold page cache (librdkafka)", "MiB/s",
-            "higher", "after echo 3 > /proc/sys/vm/drop_caches", limit="disk_read"),
-    ]
+    data = f"{plan.produce_1k:,} x 1 KiB records, 1 partition"
+    for cache in ("hot", "cold"):
+        where = "segments read just before" if cache == "hot" else "after drop_caches"
+        limit = "loopback" if cache == "hot" else "disk_read"
+        for suffix, name, setting in CONSUMERS:
+            rows.append(Row(f"c_{cache}{suffix}", "consume",
+                            f"Consume, {cache} page cache ({name})", "MiB/s", "higher",
+                            f"{data}, {where}; {setting}", limit=limit))
     pair = (f"{plan.latency_rate:,} msg/s, 1 KiB, acks=1, linger.ms=0; "
             f"{plan.latency_warmup} s warm-up, then {plan.latency_seconds} s measured")
     for tag, name in (("p50", "p50"), ("p99", "p99"), ("p999", "p99.9")):
@@ -267,9 +273,10 @@ class BrokerRun:
     def cell(self, row_id: str) -> Cell:
         return self.rows[row_id].cells[self.key]
 
-    def ok(self, row_id: str, value: float, text: str = "") -> None:
+    def ok(self, row_id: str, value: float, text: str = "",
+           spread: tuple[float, float] | None = None) -> None:
         row = self.rows[row_id]
-        row.cells[self.key] = Cell(value, text, "ok")
+        row.cells[self.key] = Cell(value, text, "ok", spread=spread)
         self.progress(f"  -> {row.label}: {row.cells[self.key].show(row.unit)}")
 
     def fail(self, row_ids: list[str], reason: str) -> None:
@@ -345,11 +352,11 @@ class BrokerRun:
         ordered = sorted(results, key=lambda r: r.mib_per_s)
         middle = ordered[len(ordered) // 2]
         text = f"{fmt(middle.mib_per_s, 'MiB/s')} · {rate(middle.records_per_s)}"
+        low, high = ordered[0].mib_per_s, ordered[-1].mib_per_s
         if len(ordered) > 1:
-            low, high = ordered[0].mib_per_s, ordered[-1].mib_per_s
             digits = 0 if low >= 100 else 1
             text += f" [{low:,.{digits}f}–{high:,.{digits}f}]"
-        self.ok(row_id, middle.mib_per_s, text)
+        self.ok(row_id, middle.mib_per_s, text, (low, high) if len(ordered) > 1 else None)
 
     def _perf(self, row_id: str, size: int, count: int, acks: str) -> None:
         topics = self._topics(row_id.replace("_", "-"))
@@ -400,7 +407,9 @@ class BrokerRun:
 
     def consume(self) -> None:
         source: list[tuple[str, int]] = []
-        self.attempt(["c_hot", "c_hot_rdk", "c_cold", "c_cold_rdk"], "data to consume",
+        consume_rows = [f"c_{cache}{suffix}" for cache in ("hot", "cold")
+                        for suffix, _name, _setting in CONSUMERS]
+        self.attempt(consume_rows, "data to consume",
                      lambda: source.append(self._source_topic()))
         if not source:
             return
@@ -427,13 +436,28 @@ class BrokerRun:
                 results.append(consumer(f"{row_id}-{rep}"))
             self._throughput(row_id, results)
 
-        for row_id, name, consumer in (("c_hot", "ConsumerPerformance", java),
-                                       ("c_hot_rdk", "librdkafka", rdkafka),
-                                       ("c_cold", "ConsumerPerformance", java),
-                                       ("c_cold_rdk", "librdkafka", rdkafka)):
-            cold = row_id.startswith("c_cold")
-            self.attempt([row_id], f"consume, {'cold' if cold else 'hot'} cache ({name})",
-                         lambda r=row_id, c=consumer, k=cold: measure(r, c, k))
+        def kcat(_group: str) -> Throughput:
+            started = time.monotonic()
+            code, _out, err = procs.run(
+                [KCAT, "-C", "-b", self.bootstrap, "-t", topic, "-p", "0", "-o", "beginning",
+                 "-c", str(count), "-e", "-q", "-X", "max.partition.fetch.bytes=10485760"],
+                timeout=600, stdout=subprocess.DEVNULL)
+            elapsed = time.monotonic() - started
+            if code != 0:
+                raise WorkloadFailed(f"kcat exited {code}: {procs.tail(err)}")
+            return Measured(count * 1024 / elapsed / MIB, count / elapsed)
+
+        consumers = {"": java, "_rdk": rdkafka, "_kcat": kcat}
+        for cache in ("hot", "cold"):
+            for suffix, name, _setting in CONSUMERS:
+                row_id = f"c_{cache}{suffix}"
+                if suffix == "_kcat" and KCAT is None:
+                    self.rows[row_id].cells[self.key] = Cell(status="n/a",
+                                                             reason="kcat not installed")
+                    continue
+                self.attempt([row_id], f"consume, {cache} cache ({name})",
+                             lambda r=row_id, c=consumers[suffix], k=cache == "cold":
+                             measure(r, c, k))
 
     def _read_log_files(self, topic: str) -> None:
         for path in (self.broker.log_dir / f"{topic}-0").glob("*"):
@@ -459,7 +483,10 @@ class BrokerRun:
         count = skip + plan.latency_rate * plan.latency_seconds
         runs = []
         for rep in range(plan.repeats):
-            runs.append(self._latency_run(f"{topic}-{rep}", count, skip))
+            run = self._latency_run(f"{topic}-{rep}", count, skip)
+            self.progress(f"  run {rep + 1}/{plan.repeats}: p50 {run['p50']:.2f}, p99 "
+                          f"{run['p99']:.2f}, p99.9 {run['p999']:.2f}, max {run['max']:.1f} ms")
+            runs.append(run)
         # The run with the median p99, reported whole (its p50 and p99.9 with it).
         runs.sort(key=lambda r: r["p99"])
         result = runs[len(runs) // 2]
@@ -467,7 +494,8 @@ class BrokerRun:
         if len(runs) > 1:
             spread = f" [{runs[0]['p99']:.2f}–{runs[-1]['p99']:.2f}]"
         self.ok("lat_p50", result["p50"])
-        self.ok("lat_p99", result["p99"], f"{fmt(result['p99'], 'ms')}{spread}")
+        self.ok("lat_p99", result["p99"], f"{fmt(result['p99'], 'ms')}{spread}",
+                (runs[0]["p99"], runs[-1]["p99"]) if len(runs) > 1 else None)
         self.ok("lat_p999", result["p999"])
 
     def _latency_run(self, topic: str, count: int, skip: int) -> dict:
