@@ -1,6 +1,7 @@
 """Moldau's Python client for Kafka-compatible clusters.
 
 - `AsyncProducer` / `Producer`: produce records (asyncio / threads).
+- `AsyncConsumer` / `Consumer`: consume records, alone or in a consumer group.
 - `AsyncAdmin` / `Admin`: manage topics, configs, groups and offsets.
 
 Settings use Kafka's names (`{"bootstrap.servers": "localhost:9092"}`); errors are typed
@@ -17,6 +18,15 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from moldau.client.admin import Admin, AsyncAdmin, ConfigResource, NewPartitions, NewTopic
+    from moldau.client.admin.types import OffsetAndMetadata
+    from moldau.client.consumer import (
+        AsyncConsumer,
+        Consumer,
+        ConsumerRebalanceListener,
+        ConsumerRecord,
+        ConsumerRecords,
+        OffsetAndTimestamp,
+    )
     from moldau.client.errors import KafkaError, KafkaTimeoutError
     from moldau.client.producer import AsyncProducer, Producer, RecordFuture
     from moldau.client.types import Node, RecordMetadata, TopicPartition
@@ -27,6 +37,13 @@ _EXPORTS = {
     "ConfigResource": "moldau.client.admin",
     "NewPartitions": "moldau.client.admin",
     "NewTopic": "moldau.client.admin",
+    "AsyncConsumer": "moldau.client.consumer",
+    "Consumer": "moldau.client.consumer",
+    "ConsumerRebalanceListener": "moldau.client.consumer",
+    "ConsumerRecord": "moldau.client.consumer",
+    "ConsumerRecords": "moldau.client.consumer",
+    "OffsetAndTimestamp": "moldau.client.consumer",
+    "OffsetAndMetadata": "moldau.client.admin.types",
     "KafkaError": "moldau.client.errors",
     "KafkaTimeoutError": "moldau.client.errors",
     "AsyncProducer": "moldau.client.producer",
@@ -40,13 +57,20 @@ _EXPORTS = {
 __all__ = [
     "Admin",
     "AsyncAdmin",
+    "AsyncConsumer",
     "AsyncProducer",
     "ConfigResource",
+    "Consumer",
+    "ConsumerRebalanceListener",
+    "ConsumerRecord",
+    "ConsumerRecords",
     "KafkaError",
     "KafkaTimeoutError",
     "NewPartitions",
     "NewTopic",
     "Node",
+    "OffsetAndMetadata",
+    "OffsetAndTimestamp",
     "Producer",
     "RecordFuture",
     "RecordMetadata",

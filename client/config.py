@@ -22,7 +22,8 @@ from moldau.config import (
     one_of,
 )
 
-__all__ = ["ADMIN_CONFIG", "COMMON_KEYS", "PRODUCER_CONFIG", "ConfigError", "parse_config"]
+__all__ = ["ADMIN_CONFIG", "COMMON_KEYS", "CONSUMER_CONFIG", "PRODUCER_CONFIG", "ConfigError",
+           "parse_config"]
 
 B, S, INT, L, LIST, C = (ConfigType.BOOLEAN, ConfigType.STRING, ConfigType.INT,
                          ConfigType.LONG, ConfigType.LIST, ConfigType.CLASS)
@@ -89,12 +90,63 @@ PRODUCER_KEYS: list[ConfigKey] = [
     ConfigKey("transaction.timeout.ms", INT, 60000, "transaction timeout", at_least(1)),
 ]
 
+CONSUMER_KEYS: list[ConfigKey] = [
+    ConfigKey("group.id", S, None,
+              "the consumer group; without one, subscribe() and commits are unavailable"),
+    ConfigKey("group.instance.id", S, None,
+              "a stable name for static membership: restarts within session.timeout.ms do "
+              "not rebalance"),
+    ConfigKey("group.protocol", S, "classic",
+              "the group protocol; only classic (JoinGroup/SyncGroup) is implemented",
+              one_of("classic", case_sensitive=False)),
+    ConfigKey("session.timeout.ms", INT, 45000,
+              "the coordinator removes a member it has not heard from for this long",
+              at_least(1)),
+    ConfigKey("heartbeat.interval.ms", INT, 3000, "time between heartbeats", at_least(1)),
+    ConfigKey("max.poll.interval.ms", INT, 300000,
+              "leave the group when poll() is not called for this long", at_least(1)),
+    ConfigKey("partition.assignment.strategy", LIST, ["range", "cooperative-sticky"],
+              "assignors in order of preference: range, roundrobin, sticky, "
+              "cooperative-sticky (or Kafka's class names)"),
+    ConfigKey("enable.auto.commit", B, True,
+              "commit the positions of returned records in the background"),
+    ConfigKey("auto.commit.interval.ms", INT, 5000, "how often to auto-commit", at_least(0)),
+    ConfigKey("auto.offset.reset", S, "latest",
+              "where to start without a valid committed offset: earliest, latest or none",
+              one_of("earliest", "latest", "none", case_sensitive=False)),
+    ConfigKey("fetch.min.bytes", INT, 1, "the broker waits for this much data",
+              at_least(0)),
+    ConfigKey("fetch.max.wait.ms", INT, 500,
+              "longest the broker waits to gather fetch.min.bytes", at_least(0)),
+    ConfigKey("fetch.max.bytes", INT, 52428800, "most data one fetch response returns",
+              at_least(0)),
+    ConfigKey("max.partition.fetch.bytes", INT, 1048576,
+              "most data per partition in one fetch (a larger first batch still comes back)",
+              at_least(0)),
+    ConfigKey("max.poll.records", INT, 500, "most records one poll() returns", at_least(1)),
+    ConfigKey("isolation.level", S, "read_uncommitted",
+              "read_committed hides records of open and aborted transactions",
+              one_of("read_uncommitted", "read_committed", case_sensitive=False)),
+    ConfigKey("check.crcs", B, True, "verify the CRC32C of fetched batches"),
+    ConfigKey("client.rack", S, "", "the consumer's rack, sent with fetches"),
+    ConfigKey("exclude.internal.topics", B, True,
+              "pattern subscriptions leave out internal topics"),
+    ConfigKey("allow.auto.create.topics", B, True,
+              "subscribing to a missing topic creates it if the broker allows"),
+    ConfigKey("default.api.timeout.ms", INT, 60000,
+              "timeout of blocking calls that take none (commit, position, committed)",
+              at_least(0)),
+    ConfigKey("internal.leave.group.on.close", B, True,
+              "dynamic members send LeaveGroup on close"),
+]
+
 ADMIN_KEYS: list[ConfigKey] = [
     ConfigKey("default.api.timeout.ms", INT, 60000,
               "upper bound of an admin call, retries included", at_least(0)),
 ]
 
 PRODUCER_CONFIG = ConfigDef([*COMMON_KEYS, *PRODUCER_KEYS])
+CONSUMER_CONFIG = ConfigDef([*COMMON_KEYS, *CONSUMER_KEYS])
 ADMIN_CONFIG = ConfigDef([*COMMON_KEYS, *ADMIN_KEYS])
 
 _client_ids = itertools.count(1)
@@ -161,3 +213,18 @@ def parse_admin_config(config: Mapping[str, Any] | None,
                        overrides: Mapping[str, Any]) -> dict[str, Any]:
     return parse_config(ADMIN_CONFIG, config, overrides, what="admin configuration",
                         kind="admin")
+
+
+def parse_consumer_config(config: Mapping[str, Any] | None,
+                          overrides: Mapping[str, Any]) -> dict[str, Any]:
+    parsed = parse_config(CONSUMER_CONFIG, config, overrides, what="consumer configuration",
+                          kind="consumer")
+    for name in ("auto.offset.reset", "isolation.level", "group.protocol"):
+        parsed[name] = parsed[name].lower()
+    if parsed["group.id"] == "":
+        parsed["group.id"] = None
+    if parsed["group.instance.id"] is not None and parsed["group.id"] is None:
+        raise ConfigError("group.instance.id requires group.id")
+    if parsed["heartbeat.interval.ms"] >= parsed["session.timeout.ms"]:
+        raise ConfigError("heartbeat.interval.ms must be smaller than session.timeout.ms")
+    return parsed

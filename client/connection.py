@@ -184,9 +184,12 @@ class BrokerConnection:
         return self._correlation_id
 
     def send(self, api_key: int, version: int, body: Body, *,
-             expect_response: bool = True) -> asyncio.Future[Any]:
+             expect_response: bool = True, timeout: float | None = None
+             ) -> asyncio.Future[Any]:
         """Write one request; the future resolves with the decoded response (None when no
-        response is expected) or fails with DisconnectedError/ProtocolError."""
+        response is expected) or fails with DisconnectedError/ProtocolError. `timeout`
+        (seconds) replaces request.timeout.ms for requests the broker may hold longer, such
+        as JoinGroup."""
         if not self.can_send():
             raise DisconnectedError(f"Cannot send to node {self.node_id}: "
                                     + ("closed" if self.closed else "not ready"))
@@ -195,7 +198,8 @@ class BrokerConnection:
         data = frame_request(api_key, version, correlation_id, self.client_id, payload)
         future: asyncio.Future[Any] = self._loop.create_future()
         request = InFlightRequest(api_key, version, correlation_id, future, expect_response,
-                                  self._loop.time() + self.request_timeout)
+                                  self._loop.time() + (self.request_timeout
+                                                       if timeout is None else timeout))
         self.in_flight.append(request)
         transport = self._transport
         assert transport is not None

@@ -43,3 +43,12 @@ def parse_find_coordinator(response: Any, key: str) -> tuple[ErrorCode, int, str
 def raise_for(code: ErrorCode, message: str | None) -> None:
     if code is not ErrorCode.none:
         raise error_for(code, message)
+
+
+def coordinator_address(response: Any, key: str) -> tuple[str, int] | None:
+    """The coordinator's host and port from a successful FindCoordinator response."""
+    for entry in getattr(response, "coordinators", None) or ():
+        if entry.key == key:
+            return entry.host, entry.port
+    host = getattr(response, "host", None)
+    return (host, response.port) if host else None

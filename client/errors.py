@@ -15,15 +15,19 @@ from moldau.errors import ErrorCode, KafkaError
 __all__ = [
     "BufferExhaustedError",
     "ClientClosedError",
+    "CommitFailedError",
+    "ConcurrentModificationError",
     "DisconnectedError",
     "ErrorCode",
     "IllegalStateError",
     "KafkaError",
     "KafkaTimeoutError",
     "NoBrokersAvailableError",
+    "NoOffsetForPartitionError",
     "ProtocolError",
     "RecordTooLargeError",
     "SerializationError",
+    "WakeupError",
     "error_class",
     "error_for",
 ]
@@ -127,3 +131,24 @@ class ClientClosedError(IllegalStateError):
 
 class SerializationError(_CodedError):
     """A key or value could not be serialized."""
+
+
+class CommitFailedError(_CodedError):
+    """An offset commit failed for good: the group rebalanced and the partitions may now
+    belong to another member (Kafka's CommitFailedException). Poll again to rejoin."""
+
+    code_value = ErrorCode.illegal_generation
+
+
+class NoOffsetForPartitionError(_CodedError):
+    """A partition has no committed offset and auto.offset.reset is none."""
+
+    code_value = ErrorCode.offset_out_of_range
+
+
+class WakeupError(_CodedError):
+    """A blocking consumer call was interrupted by `wakeup()` from another thread."""
+
+
+class ConcurrentModificationError(IllegalStateError):
+    """The consumer was used from a second thread while another was inside it."""

@@ -160,6 +160,8 @@ class Metadata:
         self.allow_auto_topic_creation = allow_auto_topic_creation
         self.topic_idle = None if topic_idle_ms is None else topic_idle_ms / 1000
         self.last_error: KafkaError | None = None
+        # A pattern subscription needs every topic; then `topics` are not listed.
+        self.need_all_topics = False
         # Topics to ask about, with the last time each was used.
         self._topics: dict[str, float] = {}
         self._need_update = True
@@ -234,7 +236,9 @@ class Metadata:
             for topic, used in topics:
                 if now - used > self.topic_idle:
                     self._topics.pop(topic, None)
-        return {"topics": [{"name": name} for name in list(self._topics)],
+        listed = None if self.need_all_topics else [
+            {"name": name} for name in list(self._topics)]
+        return {"topics": listed,
                 "allow_auto_topic_creation": self.allow_auto_topic_creation,
                 "include_cluster_authorized_operations": False,
                 "include_topic_authorized_operations": False}

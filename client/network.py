@@ -31,6 +31,7 @@ from moldau.client.errors import (
     error_for,
 )
 from moldau.client.metadata import Metadata
+from moldau.client.types import Node
 from moldau.client.versions import ApiKey, client_versions, negotiate
 from moldau.client.wakeup import Wakeup
 from moldau.errors import ErrorCode
@@ -113,6 +114,8 @@ class NetworkClient:
         self.backoff = ExponentialBackoff(reconnect_backoff_ms / 1000,
                                           reconnect_backoff_max_ms / 1000)
         self._states: dict[int, NodeState] = {}
+        # Extra node ids with a broker's address, for a second connection to it.
+        self._aliases: dict[int, Node] = {}
         self._listeners: list[Callable[[], None]] = []
         self._wakeup = Wakeup()
         self._closed = False
@@ -234,7 +237,7 @@ class NetworkClient:
         state = self._state(node_id)
         if state.state is not ConnectionState.DISCONNECTED:
             return
-        node = self.metadata.cluster.node(node_id)
+        node = self.metadata.cluster.node(node_id) or self._aliases.get(node_id)
         if node is None:
             raise DisconnectedError(f"Node {node_id} is not in the cluster metadata")
         state.state = ConnectionState.CONNECTING
@@ -347,12 +350,23 @@ class NetworkClient:
         state.state = ConnectionState.DISCONNECTED
         state.conn = None
 
+    def alias(self, node: Node) -> int:
+        """A node id of its own for a separate connection to `node`'s address, as Kafka's
+        consumer keeps one for its group coordinator so that group requests held by the
+        broker (JoinGroup) never queue behind fetches, nor fetches behind them."""
+        alias_id = 0x7FFFFFFF - node.node_id
+        known = self._aliases.get(alias_id)
+        if known is not None and (known.host, known.port) != (node.host, node.port):
+            self.disconnect(alias_id)
+        self._aliases[alias_id] = Node(alias_id, node.host, node.port, node.rack)
+        return alias_id
+
     def _on_metadata(self, cluster: Any) -> None:
         # Bootstrap addresses have served their purpose once real brokers are known; close
         # their idle connections (busy ones finish their requests first).
         known = {node.node_id for node in cluster.nodes}
         for node_id, state in list(self._states.items()):
-            if node_id in known:
+            if node_id in known or node_id in self._aliases:
                 continue
             if state.conn is None or not state.conn.in_flight:
                 self.disconnect(node_id)
@@ -373,7 +387,8 @@ class NetworkClient:
 
     def send(self, node_id: int, api_key: int, body: RequestBody, *,
              expect_response: bool = True, max_version: int | None = None,
-             min_version: int | None = None) -> asyncio.Future[Any]:
+             min_version: int | None = None, timeout: float | None = None
+             ) -> asyncio.Future[Any]:
         """Send now; the node must be ready (see is_ready). `body` is a plain mapping (built
         for the negotiated version), a callable(version) -> encoded bytes, or an entity."""
         state = self._states.get(node_id)
@@ -386,7 +401,8 @@ class NetworkClient:
             payload = body(version)
         else:
             payload = body
-        future = state.conn.send(api_key, version, payload, expect_response=expect_response)
+        future = state.conn.send(api_key, version, payload, expect_response=expect_response,
+                                 timeout=timeout)
         if expect_response:
             future.add_done_callback(lambda f: self._check_throttle(state, f))
         return future
@@ -403,7 +419,7 @@ class NetworkClient:
 
     async def request(self, node_id: int, api_key: int, body: RequestBody, *,
                       max_version: int | None = None, min_version: int | None = None,
-                      expect_response: bool = True) -> Any:
+                      expect_response: bool = True, timeout: float | None = None) -> Any:
         """Connect if needed, wait for capacity, send, and return the response. Raises
         DisconnectedError if the node cannot be reached."""
         attempted = False
@@ -412,7 +428,8 @@ class NetworkClient:
                 raise DisconnectedError("The client is closed")
             if self.is_ready(node_id):
                 return await self.send(node_id, api_key, body, expect_response=expect_response,
-                                       max_version=max_version, min_version=min_version)
+                                       max_version=max_version, min_version=min_version,
+                                       timeout=timeout)
             state = self._state(node_id)
             if state.state is ConnectionState.DISCONNECTED:
                 if attempted or not self.can_connect(node_id):

@@ -1,0 +1,13 @@
+"""The consumer: AsyncConsumer (asyncio) and Consumer (threads), the Fetcher, group
+membership with the classic protocol, and the partition assignors."""
+
+from moldau.client.consumer.consumer import (
+    AsyncConsumer,
+    ConsumerRebalanceListener,
+    OffsetAndTimestamp,
+)
+from moldau.client.consumer.records import ConsumerRecord, ConsumerRecords
+from moldau.client.consumer.sync import Consumer
+
+__all__ = ["AsyncConsumer", "Consumer", "ConsumerRebalanceListener", "ConsumerRecord",
+           "ConsumerRecords", "OffsetAndTimestamp"]
