@@ -1,7 +1,7 @@
-"""Command-line tools on top of the client: `moldau topics`, `moldau produce`,
-`moldau perf produce`. Flags follow Kafka's kafka-topics, kafka-console-producer and
-ProducerPerformance. The parsers import nothing heavy; each command loads the client when
-it runs."""
+"""Command-line tools on top of the client: `moldau topics`, `moldau groups`,
+`moldau produce`, `moldau perf produce`. Flags follow Kafka's kafka-topics,
+kafka-consumer-groups, kafka-console-producer and ProducerPerformance. The parsers import
+nothing heavy; each command loads the client when it runs."""
 
 from __future__ import annotations
 
@@ -89,6 +89,118 @@ def _topics_parser(commands: Any) -> None:
     delete.set_defaults(run=run_command("topics", "delete"))
 
 
+def _groups_parser(commands: Any) -> None:
+    parser = commands.add_parser(
+        "groups", help="list, describe, reset offsets of or delete consumer groups",
+        description="Manage consumer groups, like Kafka's kafka-consumer-groups tool.")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    def common(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT",
+                         help="broker(s) to connect to, comma-separated")
+        sub.add_argument("--command-config", metavar="FILE",
+                         help="admin client properties file (Kafka's format)")
+        sub.add_argument("--timeout-ms", type=int, default=30000, metavar="MS",
+                         help="give up after this long (default: 30000)")
+
+    def selection(sub: argparse.ArgumentParser, verb: str) -> None:
+        which = sub.add_mutually_exclusive_group(required=True)
+        which.add_argument("--group", action="append", metavar="GROUP",
+                           help=f"the group to {verb}; repeat for several")
+        which.add_argument("--all-groups", action="store_true",
+                           help=f"{verb} every consumer group")
+
+    listing = actions.add_parser(
+        "list", help="list consumer groups",
+        description="List the consumer groups, one id per line.",
+        epilog="example: moldau groups list --bootstrap-server localhost:9092 "
+               "--state Stable,Empty")
+    common(listing)
+    listing.add_argument("--state", nargs="?", const="", metavar="STATES",
+                         help="add a STATE column; with a value, only groups in these "
+                              "comma-separated states (Stable, Empty, PreparingRebalance, "
+                              "CompletingRebalance, ...; any case)")
+    listing.set_defaults(run=run_command("groups", "list_"))
+
+    describe = actions.add_parser(
+        "describe", help="show offsets and lag, members or state",
+        description="Describe consumer groups as kafka-consumer-groups does. The default "
+                    "(--offsets) prints one line per partition the group holds or has "
+                    "committed: CURRENT-OFFSET is the committed offset, LAG is LOG-END-OFFSET "
+                    "minus it, and CONSUMER-ID, HOST and CLIENT-ID name the member that "
+                    "holds the partition ('-' when none does).",
+        epilog="example: moldau groups describe --bootstrap-server localhost:9092 "
+               "--group billing --members --verbose")
+    common(describe)
+    selection(describe, "describe")
+    view = describe.add_mutually_exclusive_group()
+    view.add_argument("--offsets", action="store_true",
+                      help="committed offset, log end offset and lag per partition "
+                           "(the default)")
+    view.add_argument("--members", action="store_true",
+                      help="one line per member: id, host, client id, partition count")
+    view.add_argument("--state", action="store_true",
+                      help="coordinator, assignment strategy, state and member count")
+    describe.add_argument("--verbose", action="store_true",
+                          help="with --members, also list each member's partitions")
+    describe.set_defaults(run=run_command("groups", "describe"))
+
+    reset = actions.add_parser(
+        "reset-offsets", help="move a group's committed offsets",
+        description="Compute new committed offsets for partitions of an inactive group "
+                    "(state Empty, or a group that does not exist yet) and print them "
+                    "(GROUP TOPIC PARTITION NEW-OFFSET). Nothing changes without --execute. "
+                    "Offsets given by --to-offset, --shift-by and --from-file are kept "
+                    "within each partition's earliest and latest offsets.",
+        epilog="example: moldau groups reset-offsets --bootstrap-server localhost:9092 "
+               "--group billing --topic orders:0,1 --to-datetime 2024-05-01T00:00:00.000Z "
+               "--execute")
+    common(reset)
+    selection(reset, "reset")
+    scope = reset.add_mutually_exclusive_group()
+    scope.add_argument("--topic", action="append", metavar="TOPIC[:P,P...]",
+                       help="a topic (all its partitions) or some of its partitions; "
+                            "repeat for several")
+    scope.add_argument("--all-topics", action="store_true",
+                       help="every partition the group has a committed offset for")
+    to = reset.add_mutually_exclusive_group(required=True)
+    to.add_argument("--to-earliest", action="store_true", help="the earliest offset")
+    to.add_argument("--to-latest", action="store_true", help="the latest (log end) offset")
+    to.add_argument("--to-current", action="store_true",
+                    help="the committed offset (the latest offset where there is none)")
+    to.add_argument("--to-offset", type=int, metavar="OFFSET", help="this offset")
+    to.add_argument("--shift-by", type=int, metavar="N",
+                    help="the committed offset plus N (N may be negative)")
+    to.add_argument("--to-datetime", metavar="DATETIME",
+                    help="the first offset with a timestamp at or after "
+                         "YYYY-MM-DDTHH:mm:SS.sss, optionally ending in Z or an offset "
+                         "such as +02:00 (default: UTC)")
+    to.add_argument("--by-duration", metavar="DURATION",
+                    help="the first offset with a timestamp at or after now minus an "
+                         "ISO-8601 duration PnDTnHnMnS, e.g. PT30M or P1DT12H")
+    to.add_argument("--from-file", metavar="CSV",
+                    help="offsets from a file of topic,partition,offset lines (or "
+                         "group,topic,partition,offset for several groups), as --export "
+                         "writes; --topic and --all-topics are not needed")
+    mode = reset.add_mutually_exclusive_group()
+    mode.add_argument("--dry-run", action="store_true",
+                     help="only print the new offsets (the default)")
+    mode.add_argument("--execute", action="store_true", help="commit the new offsets")
+    reset.add_argument("--export", action="store_true",
+                       help="print the new offsets as CSV lines for --from-file")
+    reset.set_defaults(run=run_command("groups", "reset_offsets"))
+
+    delete = actions.add_parser(
+        "delete", help="delete consumer groups",
+        description="Delete groups that have no active members, with their committed "
+                    "offsets.",
+        epilog="example: moldau groups delete --bootstrap-server localhost:9092 "
+               "--group billing --group audit")
+    common(delete)
+    selection(delete, "delete")
+    delete.set_defaults(run=run_command("groups", "delete"))
+
+
 def _produce_parser(commands: Any) -> None:
     parser = commands.add_parser(
         "produce", help="send lines from standard input as records",
@@ -156,5 +268,6 @@ def _perf_parser(commands: Any) -> None:
 def add_commands(commands: Any) -> None:
     """Add the client tools to the `moldau` command's subparsers."""
     _topics_parser(commands)
+    _groups_parser(commands)
     _produce_parser(commands)
     _perf_parser(commands)
