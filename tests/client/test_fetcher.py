@@ -215,3 +215,41 @@ def test_corrupt_batch_is_an_error_after_the_good_ones_when_crcs_are_checked(che
             await consumer.close(0)
             script.task.cancel()
     run(main())
+
+
+def test_read_committed_skips_aborted_transactions_and_control_batches():
+    def txn(base: int, pid: int, count: int) -> bytes:
+        return build_batch([(None, b"p%d-%d" % (pid, base + i), [], 1000)
+                            for i in range(count)], base_offset=base, producer_id=pid,
+                           producer_epoch=0, base_sequence=base, is_transactional=True)
+
+    def marker(offset: int, pid: int, commit: bool) -> bytes:
+        key = (0).to_bytes(2, "big") + (1 if commit else 0).to_bytes(2, "big")
+        value = (0).to_bytes(2, "big") + (0).to_bytes(4, "big")
+        return build_batch([(key, value, [], 1000)], base_offset=offset, producer_id=pid,
+                           producer_epoch=0, is_transactional=True, is_control=True)
+
+    # pid 7 aborts offsets 0-1, pid 8 commits 2-3, pid 7 commits 6 later.
+    log = (txn(0, 7, 2) + txn(2, 8, 2) + marker(4, 7, False) + marker(5, 8, True)
+           + txn(6, 7, 1) + marker(7, 7, True))
+
+    async def main(level: str) -> list[tuple[int, bytes]]:
+        async with FakeBroker(VERSIONS) as broker:
+            script = Script(broker)
+            consumer = await started_consumer(broker, **{"isolation.level": level})
+            consumer.assign([TP0])
+            consumer.seek(TP0, 0)
+            poll = asyncio.ensure_future(consumer.poll(5))
+            request = await script.next_fetch()
+            response = fetch_response({0: (0, log)})
+            response["responses"][0]["partitions"][0]["aborted_transactions"] = [
+                {"producer_id": 7, "first_offset": 0}]
+            await script.answer(request, response)
+            records = [(r.offset, r.value) for r in await poll]
+            assert await consumer.position(TP0) == 8  # past the trailing control batch
+            await consumer.close(0)
+            script.task.cancel()
+            return records
+
+    assert asyncio.run(main("read_committed")) == [(2, b"p8-2"), (3, b"p8-3"), (6, b"p7-6")]
+    assert [o for o, _ in asyncio.run(main("read_uncommitted"))] == [0, 1, 2, 3, 6]
