@@ -54,7 +54,7 @@ def closed_port() -> int:
 
 def test_help_of_every_command():
     top = ok(moldau("--help"))
-    for command in ("broker", "topics", "produce", "perf"):
+    for command in ("broker", "topics", "produce", "consume", "groups", "perf"):
         assert command in top
     for args, flags in [
         (["topics", "--help"], ["create", "list", "describe", "alter", "delete"]),

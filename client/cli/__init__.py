@@ -1,6 +1,7 @@
 """Command-line tools on top of the client: `moldau topics`, `moldau groups`,
-`moldau produce`, `moldau perf produce`. Flags follow Kafka's kafka-topics,
-kafka-consumer-groups, kafka-console-producer and ProducerPerformance. The parsers import
+`moldau produce`, `moldau consume`, `moldau perf produce`, `moldau perf consume`. Flags
+follow Kafka's kafka-topics, kafka-consumer-groups, kafka-console-producer,
+kafka-console-consumer, ProducerPerformance and ConsumerPerformance. The parsers import
 nothing heavy; each command loads the client when it runs."""
 
 from __future__ import annotations
@@ -13,20 +14,23 @@ from moldau.client.cli.common import run_command
 __all__ = ["add_commands"]
 
 
+def _admin_flags(sub: argparse.ArgumentParser) -> None:
+    """The connection flags of the admin tools (topics, groups)."""
+    sub.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT",
+                     help="broker(s) to connect to, comma-separated")
+    sub.add_argument("--command-config", metavar="FILE",
+                     help="admin client properties file (Kafka's format)")
+    sub.add_argument("--timeout-ms", type=int, default=30000, metavar="MS",
+                     help="give up after this long (default: 30000)")
+
+
 def _topics_parser(commands: Any) -> None:
     parser = commands.add_parser(
         "topics", help="create, list, describe, alter or delete topics",
         description="Manage topics, like Kafka's kafka-topics tool.")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
 
-    def common(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT",
-                         help="broker(s) to connect to, comma-separated")
-        sub.add_argument("--command-config", metavar="FILE",
-                         help="admin client properties file (Kafka's format)")
-        sub.add_argument("--timeout-ms", type=int, default=30000, metavar="MS",
-                         help="give up after this long (default: 30000)")
-
+    common = _admin_flags
     create = actions.add_parser("create", help="create a topic",
                                 description="Create a topic.",
                                 epilog="example: moldau topics create --bootstrap-server "
@@ -95,14 +99,7 @@ def _groups_parser(commands: Any) -> None:
         description="Manage consumer groups, like Kafka's kafka-consumer-groups tool.")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
 
-    def common(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT",
-                         help="broker(s) to connect to, comma-separated")
-        sub.add_argument("--command-config", metavar="FILE",
-                         help="admin client properties file (Kafka's format)")
-        sub.add_argument("--timeout-ms", type=int, default=30000, metavar="MS",
-                         help="give up after this long (default: 30000)")
-
+    common = _admin_flags
     def selection(sub: argparse.ArgumentParser, verb: str) -> None:
         which = sub.add_mutually_exclusive_group(required=True)
         which.add_argument("--group", action="append", metavar="GROUP",
@@ -233,6 +230,55 @@ def _produce_parser(commands: Any) -> None:
     parser.set_defaults(run=run_command("produce", "main"))
 
 
+def _consume_parser(commands: Any) -> None:
+    parser = commands.add_parser(
+        "consume", help="print records to standard output",
+        description="Print records, one per line, like Kafka's console consumer. Without "
+                    "--group or --partition the consumer joins a new group "
+                    "console-consumer-NNNNN and commits nothing; with --group it commits "
+                    "what it printed. The number of records printed goes to stderr at the "
+                    "end; Ctrl-C or SIGTERM ends the run cleanly.",
+        epilog="example: moldau consume --bootstrap-server localhost:9092 --topic orders "
+               "--from-beginning --property print.key=true --property print.offset=true")
+    parser.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT",
+                        help="broker(s) to connect to, comma-separated")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--topic", help="the topic to read")
+    source.add_argument("--include", metavar="REGEX",
+                        help="read every topic whose whole name matches this regular "
+                             "expression")
+    parser.add_argument("--partition", type=int, metavar="N",
+                        help="read only this partition of --topic, without a group")
+    parser.add_argument("--offset", metavar="OFFSET",
+                        help="with --partition: earliest, latest or an offset to start at "
+                             "(default: latest, or earliest with --from-beginning)")
+    parser.add_argument("--group", metavar="GROUP",
+                        help="the consumer group (default: a new console-consumer-NNNNN)")
+    parser.add_argument("--from-beginning", action="store_true",
+                        help="start at the earliest record when the group has no committed "
+                             "offset (default: the latest)")
+    parser.add_argument("--max-messages", type=int, metavar="N",
+                        help="exit after printing this many records")
+    parser.add_argument("--timeout-ms", type=int, metavar="MS",
+                        help="exit when no record arrives for this long")
+    parser.add_argument("--isolation-level", choices=["read_uncommitted", "read_committed"],
+                        help="read_committed hides records of open and aborted transactions")
+    parser.add_argument("--property", action="append", default=[], metavar="KEY=VALUE",
+                        help="formatting: print.timestamp, print.partition, print.offset, "
+                             "print.headers, print.key (all false), print.value (true), "
+                             "key.separator (tab), line.separator (newline), "
+                             "headers.separator (,), headers.key.separator (:), "
+                             "null.literal (null)")
+    parser.add_argument("--consumer-property", "--command-property", action="append",
+                        default=[], dest="consumer_property", metavar="KEY=VALUE",
+                        help="a consumer setting; repeat as needed")
+    parser.add_argument("--consumer.config", "--command-config", dest="consumer_config",
+                        metavar="FILE", help="consumer properties file (Kafka's format)")
+    parser.add_argument("--skip-message-on-error", action="store_true",
+                        help="skip a record that cannot be printed instead of stopping")
+    parser.set_defaults(run=run_command("consume", "main"))
+
+
 def _perf_parser(commands: Any) -> None:
     parser = commands.add_parser("perf", help="performance tests",
                                  description="Measure throughput and latency.")
@@ -264,10 +310,58 @@ def _perf_parser(commands: Any) -> None:
                          help="progress line interval (default: 5000)")
     produce.set_defaults(run=run_command("perf", "produce"))
 
+    consume = kinds.add_parser(
+        "consume", help="consumer throughput",
+        description="Read records as fast as possible and report MB/s and records/s, like "
+                    "Kafka's ConsumerPerformance: a header, then one line of totals (times "
+                    "as yyyy-MM-dd HH:mm:ss:SSS). Exits with status 1 when fewer than "
+                    "--messages records arrive before --timeout.",
+        epilog="example: moldau perf consume --bootstrap-server localhost:9092 --topic perf "
+               "--messages 1000000")
+    consume.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT",
+                         help="broker(s) to connect to, comma-separated")
+    source = consume.add_mutually_exclusive_group(required=True)
+    source.add_argument("--topic", help="the topic to read")
+    source.add_argument("--include", metavar="REGEX",
+                        help="read every topic whose whole name matches this regular "
+                             "expression")
+    consume.add_argument("--messages", type=int, required=True, metavar="N",
+                         help="how many records to read")
+    consume.add_argument("--group", metavar="GROUP",
+                         help="the consumer group (default: a new perf-consumer-NNNNN)")
+    consume.add_argument("--from-latest", action="store_true",
+                         help="start at the latest offset when the group has none (default: "
+                              "the earliest)")
+    consume.add_argument("--fetch-size", type=int, metavar="BYTES",
+                         help="max.partition.fetch.bytes (default: 1048576)")
+    consume.add_argument("--socket-buffer-size", type=int, metavar="BYTES",
+                         help="receive.buffer.bytes (default: 2097152)")
+    consume.add_argument("--timeout", type=int, default=10000, metavar="MS",
+                         help="give up when no record arrives for this long "
+                              "(default: 10000)")
+    consume.add_argument("--reporting-interval", type=int, default=5000, metavar="MS",
+                         help="interval of progress lines (default: 5000)")
+    consume.add_argument("--show-detailed-stats", action="store_true",
+                         help="print a line of statistics per reporting interval instead "
+                              "of the totals")
+    consume.add_argument("--hide-header", action="store_true",
+                         help="leave out the header line")
+    consume.add_argument("--command-property", action="append", default=[],
+                         dest="command_property", metavar="KEY=VALUE",
+                         help="a consumer setting; repeat as needed")
+    consume.add_argument("--consumer-props", nargs="+", action="extend",
+                         dest="command_property", metavar="KEY=VALUE",
+                         help="consumer settings, e.g. fetch.max.bytes=1048576 "
+                              "max.poll.records=2000")
+    consume.add_argument("--consumer.config", "--command-config", dest="consumer_config",
+                         metavar="FILE", help="consumer properties file (Kafka's format)")
+    consume.set_defaults(run=run_command("perf", "consume"))
+
 
 def add_commands(commands: Any) -> None:
     """Add the client tools to the `moldau` command's subparsers."""
     _topics_parser(commands)
     _groups_parser(commands)
     _produce_parser(commands)
+    _consume_parser(commands)
     _perf_parser(commands)

@@ -1,14 +1,17 @@
 """`moldau perf produce`: producer throughput and latency, reported as Kafka's
 ProducerPerformance reports them (a progress line per interval, then totals and latency
-percentiles from up to 500000 samples)."""
+percentiles from up to 500000 samples). `moldau perf consume`: consumer throughput, reported
+as Kafka's ConsumerPerformance reports it (a header and one line of totals)."""
 
 from __future__ import annotations
 
 import argparse
 import random
+import re
 import sys
 import time
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any, TextIO
 
 from moldau.client.cli.common import (
@@ -18,6 +21,7 @@ from moldau.client.cli.common import (
     load_properties_file,
     parse_pairs,
 )
+from moldau.client.consumer import Consumer
 from moldau.client.producer import Producer
 from moldau.client.types import RecordMetadata
 
@@ -175,3 +179,147 @@ def produce(args: argparse.Namespace) -> int:
         producer.close(None if clean else 0)
     print(stats.summary(), flush=True)
     return EXIT_ERROR if stats.errors else EXIT_OK
+
+
+# --------------------------------------------------------------------------- consume
+
+CONSUME_HEADER = ("start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, "
+                  "nMsg.sec, rebalance.time.ms, fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec")
+DETAILED_HEADER = ("time, threadId, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, "
+                   "nMsg.sec, rebalance.time.ms, fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec")
+CONSUME_POLL_SECONDS = 0.1
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _date(ms: int) -> str:
+    """Local time as yyyy-MM-dd HH:mm:ss:SSS, the format of Kafka's tool."""
+    return datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S:") + f"{ms % 1000:03d}"
+
+
+def _rate(amount: float, ms: float) -> float:
+    return amount * 1000 / ms if ms > 0 else 0.0
+
+
+class _JoinTimer:
+    """A rebalance listener that adds up the time from each revocation (or the start) to
+    the assignment that follows: the rebalance time of the report."""
+
+    def __init__(self, start_ms: int) -> None:
+        self.join_start = start_ms
+        self.total_ms = 0
+        self.window_ms = 0
+
+    def on_partitions_revoked(self, _partitions: list[Any]) -> None:
+        self.join_start = _now_ms()
+
+    def on_partitions_assigned(self, _partitions: list[Any]) -> None:
+        elapsed = _now_ms() - self.join_start
+        self.total_ms += elapsed
+        self.window_ms += elapsed
+
+
+def _perf_consumer_config(args: argparse.Namespace) -> dict[str, Any]:
+    config: dict[str, Any] = dict(load_properties_file(args.consumer_config))
+    config.update(parse_pairs(args.command_property, "--command-property"))
+    config["bootstrap.servers"] = args.bootstrap_server
+    if args.group:
+        config["group.id"] = args.group
+    elif not config.get("group.id"):
+        config["group.id"] = f"perf-consumer-{random.randint(10000, 99999)}"
+    config["auto.offset.reset"] = "latest" if args.from_latest else "earliest"
+    if args.fetch_size is not None:
+        config["max.partition.fetch.bytes"] = args.fetch_size
+    if args.socket_buffer_size is not None:
+        config["receive.buffer.bytes"] = args.socket_buffer_size
+    config.setdefault("max.partition.fetch.bytes", 1024 * 1024)
+    config.setdefault("receive.buffer.bytes", 2 * 1024 * 1024)
+    config.setdefault("check.crcs", "false")
+    config.setdefault("client.id", "perf-consumer-client")
+    return config
+
+
+def consume(args: argparse.Namespace) -> int:
+    """Kafka's ConsumerPerformance: read --messages records as fast as possible, then print
+    one line of totals (or, with --show-detailed-stats, one line per reporting interval)."""
+    if args.messages < 0:
+        raise UsageError("--messages must be zero or more")
+    if args.timeout < 0 or args.reporting_interval <= 0:
+        raise UsageError("--timeout must be zero or more and --reporting-interval positive")
+    pattern = None
+    if args.include is not None:
+        try:
+            pattern = re.compile(args.include)
+        except re.error as exc:
+            raise UsageError(f"Invalid --include pattern {args.include!r}: {exc}") from None
+    config = _perf_consumer_config(args)
+    detailed = args.show_detailed_stats
+    live = not detailed and sys.stderr.isatty()
+    if not args.hide_header:
+        print(DETAILED_HEADER if detailed else CONSUME_HEADER, flush=True)
+    wanted = args.messages
+    count = size = 0
+    consumer = Consumer(config)
+    try:
+        max_poll = consumer.config["max.poll.records"]
+        start_ms = _now_ms()
+        timer = _JoinTimer(start_ms)
+        if pattern is not None:
+            consumer.subscribe(pattern=pattern, listener=timer)
+        else:
+            consumer.subscribe([args.topic], listener=timer)
+        last_consumed = last_report = start_ms
+        last_count = last_size = 0
+        now = start_ms
+        while count < wanted and now - last_consumed <= args.timeout:
+            records = consumer.poll(CONSUME_POLL_SECONDS,
+                                    max_records=min(wanted - count, max_poll))
+            now = _now_ms()
+            if records:
+                last_consumed = now
+                count += len(records)
+                for record in records:
+                    key_size, value_size = record[9], record[10]
+                    size += (key_size if key_size > 0 else 0) + \
+                        (value_size if value_size > 0 else 0)
+            if now - last_report >= args.reporting_interval:
+                if detailed:
+                    _detailed_line(count, last_count, size, last_size, last_report, now,
+                                   timer.window_ms)
+                elif live:
+                    elapsed = now - last_report
+                    print(f"{count} records consumed, "
+                          f"{_rate(count - last_count, elapsed):.1f} records/sec "
+                          f"({_rate((size - last_size) / MB, elapsed):.2f} MB/sec).",
+                          file=sys.stderr, flush=True)
+                last_report, last_count, last_size = now, count, size
+                timer.window_ms = 0
+        end_ms = _now_ms()
+    finally:
+        consumer.close()
+    if not detailed:
+        elapsed = end_ms - start_ms
+        fetch_ms = elapsed - timer.total_ms
+        mb = size / MB
+        print(f"{_date(start_ms)}, {_date(end_ms)}, {mb:.4f}, {_rate(mb, elapsed):.4f}, "
+              f"{count}, {_rate(count, elapsed):.4f}, {timer.total_ms}, {fetch_ms}, "
+              f"{_rate(mb, fetch_ms):.4f}, {_rate(count, fetch_ms):.4f}", flush=True)
+    if count < wanted:
+        print(f"Error: Exiting before consuming the expected number of messages: timeout "
+              f"({args.timeout} ms) exceeded after {count} of {wanted}. Use --timeout to "
+              f"wait longer.", file=sys.stderr)
+        return EXIT_ERROR
+    return EXIT_OK
+
+
+def _detailed_line(count: int, last_count: int, size: int, last_size: int, start_ms: int,
+                   end_ms: int, join_ms: int) -> None:
+    elapsed = end_ms - start_ms
+    window_mb = (size - last_size) / MB
+    fetch_ms = elapsed - join_ms
+    print(f"{_date(end_ms)}, 0, {size / MB:.4f}, {_rate(window_mb, elapsed):.4f}, {count}, "
+          f"{_rate(count - last_count, elapsed):.4f}, {join_ms}, {fetch_ms}, "
+          f"{_rate(window_mb, fetch_ms):.4f}, {_rate(count - last_count, fetch_ms):.4f}",
+          flush=True)
