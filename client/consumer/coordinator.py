@@ -340,15 +340,21 @@ class ConsumerCoordinator:
                 self.subscriptions.assign_from_subscribed([])
                 await self._invoke_listener("on_partitions_lost", owned)
         elif self.protocol is RebalanceProtocol.EAGER:
-            self.subscriptions.assign_from_subscribed([])
-            await self._invoke_listener("on_partitions_revoked", owned)
+            # As in Kafka, the listener runs while the partitions are still assigned, so
+            # that it can commit their positions; they go afterwards.
+            try:
+                await self._invoke_listener("on_partitions_revoked", owned)
+            finally:
+                self.subscriptions.assign_from_subscribed([])
         else:
             # Cooperative: only partitions of topics no longer subscribed go now.
             gone = [tp for tp in owned if tp.topic not in self.subscriptions.topics]
             if gone:
-                self.subscriptions.assign_from_subscribed(
-                    [tp for tp in owned if tp not in gone])
-                await self._invoke_listener("on_partitions_revoked", gone)
+                try:
+                    await self._invoke_listener("on_partitions_revoked", gone)
+                finally:
+                    self.subscriptions.assign_from_subscribed(
+                        [tp for tp in owned if tp not in gone])
 
     def _subscription_metadata(self, assignor: PartitionAssignor) -> bytes:
         topics = sorted(self.subscriptions.topics)
@@ -462,11 +468,15 @@ class ConsumerCoordinator:
             kept = set(new)
             revoked = [tp for tp in owned if tp not in kept]
             added = [tp for tp in new if tp not in set(owned)]
-            self.subscriptions.assign_from_subscribed(new)
-            if revoked:
-                await self._invoke_listener("on_partitions_revoked", revoked)
-                # The revoked partitions go to their new owners in a follow-up round.
-                self.request_rejoin("partitions were revoked")
+            try:
+                if revoked:
+                    # Still assigned while the listener runs, so it can commit them.
+                    await self._invoke_listener("on_partitions_revoked", revoked)
+            finally:
+                self.subscriptions.assign_from_subscribed(new)
+                if revoked:
+                    # The revoked partitions go to their new owners in a follow-up round.
+                    self.request_rejoin("partitions were revoked")
             await self._invoke_listener("on_partitions_assigned", added)
         else:
             self.subscriptions.assign_from_subscribed(new)

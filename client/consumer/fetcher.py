@@ -31,6 +31,7 @@ from moldau.client.errors import (
     KafkaError,
     KafkaTimeoutError,
     NoOffsetForPartitionError,
+    SerializationError,
     error_for,
 )
 from moldau.client.metadata import REFRESH_ERRORS, Metadata
@@ -40,8 +41,21 @@ from moldau.client.types import TopicPartition
 from moldau.client.versions import ApiKey
 from moldau.client.wakeup import Wakeup
 from moldau.errors import ErrorCode
-from moldau.records.batch import HEADER_SIZE, LOG_OVERHEAD, compute_crc, parse_header
-from moldau.records.codec import decode_records
+from moldau.records.batch import (
+    COMPRESSION_MASK,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    compute_crc,
+    parse_header,
+)
+from moldau.records.codec import (
+    MIN_RECORD_BODY,
+    decode_headers,
+    decode_records,
+    read_uvarint,
+    read_varint,
+    records_section,
+)
 
 log = logging.getLogger("moldau.client.consumer")
 
@@ -56,7 +70,7 @@ class CompletedFetch:
     """One partition's data from one Fetch response, consumed batch by batch."""
 
     __slots__ = ("aborted", "aborted_pids", "batch", "data", "error", "fetch_offset",
-                 "index", "next_fetch_offset", "pos", "records", "tp")
+                 "index", "next_fetch_offset", "pending_error", "pos", "records", "tp")
 
     def __init__(self, tp: TopicPartition, fetch_offset: int, data: bytes,
                  aborted: list[tuple[int, int]] | None = None,
@@ -73,6 +87,9 @@ class CompletedFetch:
         self.batch: Any = None  # header of the batch being returned
         self.records: list[Any] = []
         self.index = 0
+        # A record of the current batch that could not be deserialized: raised once the
+        # records before it were returned, without moving the position past it.
+        self.pending_error: KafkaError | None = None
 
 
 class Fetcher:
@@ -312,6 +329,12 @@ class Fetcher:
         out: list[ConsumerRecord] = []
         while len(out) < limit:
             if cf.index >= len(cf.records):
+                if cf.pending_error is not None:
+                    error, cf.pending_error = cf.pending_error, None
+                    if not out:
+                        raise error
+                    cf.error = error
+                    break
                 if cf.batch is not None:
                     # The batch is done: continue after its last offset, which may lie past
                     # its last record when compaction removed some.
@@ -345,6 +368,11 @@ class Fetcher:
                 raise error_for(ErrorCode.corrupt_message,
                                 f"Record batch with magic {header.magic} in partition {cf.tp}; "
                                 f"only v2 is read")
+            if size < HEADER_SIZE:
+                # Also keeps a corrupt length from stalling this loop on one spot.
+                raise error_for(ErrorCode.corrupt_message,
+                                f"Record batch at offset {header.base_offset} of partition "
+                                f"{cf.tp} has length {header.batch_length}")
             if pos + size > n:
                 break
             cf.pos = pos + size
@@ -361,10 +389,8 @@ class Fetcher:
             if header.is_control:
                 cf.next_fetch_offset = header.next_offset
                 continue
-            batch = decode_records(memoryview(data)[pos:pos + size]
-                                   if pos or size != n else data)
+            cf.records = self._to_consumer_records(cf, header, data, pos, size)
             cf.batch = header
-            cf.records = self._to_consumer_records(cf, header, batch)
             cf.index = 0
             return True
         cf.pos = n
@@ -388,36 +414,51 @@ class Fetcher:
             return True
         return header.is_transactional and header.producer_id in cf.aborted_pids
 
-    def _to_consumer_records(self, cf: CompletedFetch, header: Any,
-                             records: list[Any]) -> list[ConsumerRecord]:
-        topic, partition = cf.tp
-        base_offset = header.base_offset
-        skip = cf.next_fetch_offset - base_offset
-        if skip > 0:  # records before the position (a fetch returns whole batches)
-            records = [rec for rec in records if rec.offset_delta >= skip]
+    def _to_consumer_records(self, cf: CompletedFetch, header: Any, data: bytes, pos: int,
+                             size: int) -> list[ConsumerRecord]:
+        """The records of the batch at data[pos:pos + size] from the position on."""
+        if header.attributes & COMPRESSION_MASK or type(data) is not bytes:
+            section = records_section(data, header, pos)
+            start, end = 0, len(section)
+        else:
+            section, start, end = data, pos + HEADER_SIZE, pos + size
         epoch = header.partition_leader_epoch if header.partition_leader_epoch >= 0 else None
-        base_ts = header.base_timestamp
+        topic, partition = cf.tp
+        try:
+            records = _decode_batch_records(section, start, end, header.record_count, topic,
+                                            partition, header.base_offset,
+                                            header.base_timestamp, epoch)
+        except (IndexError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
+            raise error_for(ErrorCode.invalid_record,
+                            f"Found invalid record structure: {exc}") from None
+        first = cf.next_fetch_offset
+        if header.base_offset < first:  # a fetch returns whole batches
+            records = [rec for rec in records if rec[2] >= first]
         kd, vd = self.key_deserializer, self.value_deserializer
-        new = tuple.__new__
-        cls = ConsumerRecord
-        # One comprehension per case: this runs for every record, so the common case
-        # (CreateTime, bytes in and out) does no per-record branching or calls beyond
-        # building the record.
-        if header.log_append_time:
-            ts = header.max_timestamp
-            return [new(cls, (topic, partition, base_offset + od, ts, LOG_APPEND_TIME,
-                              kd(k), vd(v), h, epoch, -1 if k is None else len(k),
-                              -1 if v is None else len(v)))
-                    for od, _td, k, v, h in records]
-        if kd is deserialize_bytes and vd is deserialize_bytes:
-            return [new(cls, (topic, partition, base_offset + od, base_ts + td, CREATE_TIME,
-                              k, v, h, epoch, -1 if k is None else len(k),
-                              -1 if v is None else len(v)))
-                    for od, td, k, v, h in records]
-        return [new(cls, (topic, partition, base_offset + od, base_ts + td, CREATE_TIME,
-                          kd(k), vd(v), h, epoch, -1 if k is None else len(k),
-                          -1 if v is None else len(v)))
-                for od, td, k, v, h in records]
+        if header.log_append_time or kd is not deserialize_bytes or \
+                vd is not deserialize_bytes:
+            if header.log_append_time:
+                ts_type, fixed_ts = LOG_APPEND_TIME, header.max_timestamp
+            else:
+                ts_type, fixed_ts = CREATE_TIME, None
+            new = tuple.__new__
+            out: list[ConsumerRecord] = []
+            append = out.append
+            for t, p, o, ts, _, k, v, h, e, ks, vs in records:
+                try:
+                    key, value = kd(k), vd(v)
+                except Exception as exc:
+                    # As Kafka's consumer: the records before it first, then the error,
+                    # with the position left at this record (seek past it to go on).
+                    cf.pending_error = exc if isinstance(exc, KafkaError) else \
+                        SerializationError(f"Error deserializing the key or value of the "
+                                           f"record at offset {o} of partition {cf.tp}: "
+                                           f"{exc!r}")
+                    break
+                append(new(ConsumerRecord, (t, p, o, ts if fixed_ts is None else fixed_ts,
+                                            ts_type, key, value, h, e, ks, vs)))
+            records = out
+        return records
 
     def clear_buffered(self, keep: Iterable[TopicPartition] | None = None) -> None:
         """Drop buffered data of partitions not in `keep` (all when None)."""
@@ -534,3 +575,106 @@ class Fetcher:
         self._completed.clear()
         self._in_line = None
         self._wakeup.notify()
+
+
+def _decode_batch_records(data: bytes, pos: int, end: int, count: int, topic: str,
+                          partition: int, base_offset: int, base_timestamp: int,
+                          epoch: int | None) -> list[ConsumerRecord]:
+    """The `count` records of the records section data[pos:end], as CreateTime
+    ConsumerRecords with raw keys and values.
+
+    The consumer's hot loop: it follows `moldau.records.codec.decode_records` (same checks,
+    same inlined one- and two-byte varints) but builds each ConsumerRecord directly instead
+    of an intermediate Record, which saves a fifth of the time per record. Truncated data
+    raises IndexError, which the caller reports as an invalid record.
+    """
+    out: list[ConsumerRecord] = []
+    append = out.append
+    new = tuple.__new__  # skips the NamedTuple's Python-level __new__
+    cls = ConsumerRecord
+    for _ in range(count):
+        if pos >= end:
+            raise error_for(ErrorCode.invalid_record,
+                            f"Batch declares {count} records but holds {len(out)}")
+        b = data[pos]
+        if b < 0x80:
+            z = b
+            pos += 1
+        elif data[pos + 1] < 0x80:
+            z = (b & 0x7F) | (data[pos + 1] << 7)
+            pos += 2
+        else:
+            z, pos = read_uvarint(data, pos, 5)
+        length = (z >> 1) ^ -(z & 1)
+        rec_end = pos + length
+        if length < MIN_RECORD_BODY or rec_end > end:
+            raise error_for(ErrorCode.invalid_record, f"Invalid record size {length}")
+        b = data[pos + 1]  # after the attributes byte
+        if b < 0x80:
+            ts_delta = (b >> 1) ^ -(b & 1)
+            p = pos + 2
+        else:
+            ts_delta, p = read_varint(data, pos + 1, 10)
+        b = data[p]
+        if b < 0x80:
+            z = b
+            p += 1
+        elif data[p + 1] < 0x80:
+            z = (b & 0x7F) | (data[p + 1] << 7)
+            p += 2
+        else:
+            z, p = read_uvarint(data, p, 5)
+        offset_delta = (z >> 1) ^ -(z & 1)
+        b = data[p]
+        if b < 0x80:
+            z = b
+            p += 1
+        elif data[p + 1] < 0x80:
+            z = (b & 0x7F) | (data[p + 1] << 7)
+            p += 2
+        else:
+            z, p = read_uvarint(data, p, 5)
+        if not z & 1:
+            key_size = z >> 1
+            key: bytes | None = data[p:p + key_size]
+            p += key_size
+        elif z == 1:
+            key_size = -1
+            key = None
+        else:
+            raise error_for(ErrorCode.invalid_record, f"Invalid key length {(z >> 1) ^ -1}")
+        b = data[p]
+        if b < 0x80:
+            z = b
+            p += 1
+        elif data[p + 1] < 0x80:
+            z = (b & 0x7F) | (data[p + 1] << 7)
+            p += 2
+        else:
+            z, p = read_uvarint(data, p, 5)
+        if not z & 1:
+            value_size = z >> 1
+            value: bytes | None = data[p:p + value_size]
+            p += value_size
+        elif z == 1:
+            value_size = -1
+            value = None
+        else:
+            raise error_for(ErrorCode.invalid_record,
+                            f"Invalid value length {(z >> 1) ^ -1}")
+        headers: list[tuple[str, bytes | None]] = []
+        if data[p] == 0:
+            p += 1
+        else:
+            p = decode_headers(data, p, rec_end, headers)
+        if p != rec_end:
+            raise error_for(ErrorCode.invalid_record, f"Invalid record size: expected "
+                                                      f"{length} bytes, read {p - pos}")
+        append(new(cls, (topic, partition, base_offset + offset_delta,
+                         base_timestamp + ts_delta, CREATE_TIME, key, value, headers, epoch,
+                         key_size, value_size)))
+        pos = rec_end
+    if pos != end:
+        raise error_for(ErrorCode.invalid_record,
+                        f"{end - pos} bytes remain after the batch's {count} records")
+    return out

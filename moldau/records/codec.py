@@ -478,7 +478,7 @@ def _decode(data: bytes, pos: int, end: int, count: int) -> list[Record]:
         if data[p] == 0:
             p += 1
         else:
-            p = _decode_headers(data, p, rec_end, headers)
+            p = decode_headers(data, p, rec_end, headers)
         if p != rec_end:
             raise _invalid(f"Invalid record size: expected {length} bytes, read {p - pos}")
         append(new(Record, (offset_delta, ts_delta, key, value, headers)))
@@ -488,8 +488,10 @@ def _decode(data: bytes, pos: int, end: int, count: int) -> list[Record]:
     return out
 
 
-def _decode_headers(data: bytes, p: int, rec_end: int,
-                    headers: list[tuple[str, bytes | None]]) -> int:
+def decode_headers(data: bytes, p: int, rec_end: int,
+                   headers: list[tuple[str, bytes | None]]) -> int:
+    """Append the headers of the record ending at `rec_end`, read from `p`, to `headers`;
+    returns the position after them. Shared by the record decoders' hot loops."""
     header_count, p = read_varint(data, p, 5)
     # Each header takes at least two bytes, which bounds the loop by the record's size.
     if header_count < 0 or header_count > rec_end - p:
