@@ -8,6 +8,7 @@ from moldau.broker.handlers.registry import Result, api, respond
 from moldau.broker.metadata.controller import INTERNAL_TOPICS, NewTopic, validate_topic_name
 from moldau.broker.metadata.image import TopicImage
 from moldau.broker.network.channel import Request
+from moldau.broker.network.response import Response
 from moldau.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
@@ -69,6 +70,42 @@ async def _auto_create(broker: Broker, names: list[str]) -> dict[str, ErrorCode]
     return errors
 
 
+class _ResponseCache:
+    """Encoded Metadata responses of the current metadata image. Clients ask for the same
+    topics again and again, and building a response costs milliseconds per few hundred
+    partitions; the answer only changes with the image, so it is kept until the image is
+    replaced. Only answers without side effects (no auto-creation) are kept."""
+
+    LIMIT = 256
+    # Every change to the image comes from a metadata record and moves its offset.
+
+    def __init__(self) -> None:
+        self.offset = -2
+        self.frames: dict[tuple[Any, ...], bytes] = {}
+
+    def get(self, offset: int, key: tuple[Any, ...]) -> bytes | None:
+        """The frame for `key` if it was built from the image at metadata offset `offset`."""
+        if offset != self.offset:
+            self.offset = offset
+            self.frames = {}
+            return None
+        return self.frames.get(key)
+
+    def put(self, key: tuple[Any, ...], frame: bytes) -> None:
+        if len(self.frames) >= self.LIMIT:
+            self.frames.pop(next(iter(self.frames)))
+        self.frames[key] = frame
+
+
+_caches: dict[int, _ResponseCache] = {}
+
+
+def _with_correlation_id(frame: bytes, correlation_id: int) -> Response:
+    out = bytearray(frame)
+    out[4:8] = correlation_id.to_bytes(4, "big", signed=True)
+    return Response.of(bytes(out))
+
+
 @api(3, "Metadata", 0, 12)
 async def handle_metadata(broker: Broker, request: Request) -> Result:
     body = request.body
@@ -76,6 +113,18 @@ async def handle_metadata(broker: Broker, request: Request) -> Result:
     image = broker.image
     with_ops = bool(getattr(body, "include_topic_authorized_operations", False))
     wanted = body.topics
+    cache = _caches.setdefault(id(broker), _ResponseCache())
+    names_key = None if wanted is None or (version == 0 and not wanted) else \
+        tuple(item.name for item in wanted)
+    key = (version, request.listener, names_key, with_ops)
+    offset = image.offset
+    if names_key is None or (None not in names_key and
+                             all(name in image.topics for name in names_key)):
+        frame = cache.get(image.offset, key)
+        if frame is not None:
+            return _with_correlation_id(frame, request.header.correlation_id)
+    else:
+        key = ()  # errors or auto-creation: answered fresh every time
     if wanted is None or (version == 0 and not wanted):
         topics = [describe_topic(topic, with_operations=with_ops)
                   for topic in image.topics.values()]
@@ -104,13 +153,17 @@ async def handle_metadata(broker: Broker, request: Request) -> Result:
                     except KafkaError as exc:
                         code = exc.code
                 topics.append(_error_topic(name, code))
-    return respond(request, {
+    response = respond(request, {
         "brokers": brokers_for(broker, request.listener),
         "cluster_id": broker.cluster_id,
         "controller_id": broker.node_id,
         "topics": topics,
         "cluster_authorized_operations": -2**31,
     })
+    if key and image.offset == offset:
+        cache.get(offset, key)  # drops the answers of an older image
+        cache.put(key, bytes(response.parts[0]))
+    return response
 
 
 @api(75, "DescribeTopicPartitions", 0, 0)
