@@ -21,6 +21,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from typing import BinaryIO, NamedTuple
 
 from moldau.errors import ErrorCode, KafkaError
@@ -468,7 +469,9 @@ class PartitionLog:
     # -- appending ---------------------------------------------------------------------------
 
     def append_as_leader(self, buf: bytearray, batches: list[BatchHeader], *,
-                         leader_epoch: int, log_append_time_ms: int | None) -> AppendInfo:
+                         leader_epoch: int, log_append_time_ms: int | None,
+                         background: Callable[[Callable[[], None]], object] | None = None
+                         ) -> AppendInfo:
         """Assign offsets to validated batches in `buf` (patched in place) and write them.
 
         A retry of a batch already in the log (same producer, epoch and sequences) appends
@@ -517,7 +520,12 @@ class PartitionLog:
         if flush_needed:
             self.flush()
         elif rolled is not None:
-            self.flush(rolled)  # the previous segment is complete: make it durable
+            # The previous segment is complete: make it durable (in the background when the
+            # caller must not wait for an fsync, as Kafka schedules it).
+            if background is None:
+                self.flush(rolled)
+            else:
+                background(partial(self.flush, rolled))
         return info
 
     def append_as_follower(self, buf: bytes | bytearray | memoryview,

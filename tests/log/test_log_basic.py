@@ -84,6 +84,24 @@ def test_roll_by_size(tmp_path):
     plog.close()
 
 
+
+def test_roll_flush_can_run_in_the_background(tmp_path):
+    """With a `background` runner the completed segment's fsync is handed to it instead of
+    running inside the append (the broker does this for appends on its event loop)."""
+    plog = open_log(tmp_path / "orders-0", config(segment_bytes=1000))
+    batch = make_batch(4, value=b"x" * 40)
+    deferred: list = []
+    for _ in range(20):
+        buf = bytearray(batch)
+        plog.append_as_leader(buf, headers_of(buf), leader_epoch=0, log_append_time_ms=None,
+                              background=deferred.append)
+    assert plog.num_segments > 3 and len(deferred) == plog.num_segments - 1
+    assert plog.recovery_point == 0  # nothing flushed yet
+    for flush in deferred:
+        flush()
+    assert plog.recovery_point == plog.segment_base_offsets[-1]
+    plog.close()
+
 def test_roll_by_time_uses_the_first_batch_timestamp(tmp_path):
     plog = open_log(tmp_path / "orders-0", config(segment_ms=1000))
     append(plog, make_batch(1, ts=5_000))
