@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from moldau.broker.log.config import TOPIC_CONFIG
 from moldau.broker.metadata.image import MetadataImage
 from moldau.broker.metadata.log import MetadataLog
+from moldau.broker.metadata.placement import place_replicas
 from moldau.broker.metadata.records import (
     BROKER_RESOURCE,
     TOPIC_RESOURCE,
@@ -219,14 +220,13 @@ class Controller:
                                  f"Unknown broker(s) {unknown} in replica assignment")
         return dict(assignments)
 
-    @staticmethod
-    def _place_replicas(partitions: int, factor: int, brokers: list[int],
-                        start_partition: int = 0) -> dict[int, list[int]]:
-        # Round-robin leaders, followers shifted by one: Kafka's layout without racks.
-        count = len(brokers)
-        return {start_partition + index: [brokers[(start_partition + index + shift) % count]
-                                          for shift in range(factor)]
-                for index in range(partitions)}
+    def _place_replicas(self, partitions: int, factor: int, brokers: list[int],
+                        first_partition: int = 0) -> dict[int, list[int]]:
+        """Kafka's placement: leaders spread round-robin from a random start, followers at
+        a random shift, across racks when the brokers have `broker.rack`."""
+        racks = [(broker, record.rack if (record := self.image.brokers.get(broker))
+                  is not None else None) for broker in brokers]
+        return place_replicas(partitions, factor, racks, first_partition=first_partition)
 
     async def create_topics(self, topics: Sequence[NewTopic], *, validate_only: bool
                             ) -> list[CreatedTopic | KafkaError]:
