@@ -51,11 +51,17 @@ def deserialize_bytes(data: bytes | None) -> bytes | None:
 
 
 def deserialize_str(data: bytes | None) -> str | None:
-    return None if data is None else data.decode()
+    try:
+        return None if data is None else data.decode()
+    except UnicodeDecodeError as exc:
+        raise SerializationError(f"Cannot deserialize as UTF-8: {exc}") from None
 
 
 def deserialize_json(data: bytes | None) -> Any:
-    return None if data is None else json.loads(data)
+    try:
+        return None if data is None else json.loads(data)
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
+        raise SerializationError(f"Cannot deserialize as JSON: {exc}") from None
 
 
 SERIALIZERS: dict[str, Serializer] = {

@@ -450,10 +450,10 @@ class Fetcher:
                 except Exception as exc:
                     # As Kafka's consumer: the records before it first, then the error,
                     # with the position left at this record (seek past it to go on).
-                    cf.pending_error = exc if isinstance(exc, KafkaError) else \
-                        SerializationError(f"Error deserializing the key or value of the "
-                                           f"record at offset {o} of partition {cf.tp}: "
-                                           f"{exc!r}")
+                    detail = exc.message if isinstance(exc, KafkaError) else repr(exc)
+                    cf.pending_error = SerializationError(
+                        f"Error deserializing the key or value of the record at offset {o} "
+                        f"of partition {cf.tp}: {detail}")
                     break
                 append(new(ConsumerRecord, (t, p, o, ts if fixed_ts is None else fixed_ts,
                                             ts_type, key, value, h, e, ks, vs)))
