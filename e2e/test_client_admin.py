@@ -175,7 +175,9 @@ def test_groups_and_offsets(admin, module_broker):
                              auto_offset_reset="earliest", enable_auto_commit=False,
                              client_id="admin-test-consumer")
     try:
-        wait_until(lambda: consumer.poll(200) or consumer.assignment(), 30, "assignment")
+        # Polls long enough for a whole join: kafka-python 3.0.12 drops the assignment of a
+        # SyncGroup answered after its poll() timed out mid-rebalance.
+        wait_until(lambda: consumer.poll(3000) or consumer.assignment(), 30, "assignment")
         from kafka import TopicPartition as KpPartition
 
         consumer.commit({KpPartition(topic, 0): _kp_offset(5),
