@@ -24,6 +24,17 @@ def _admin_flags(sub: argparse.ArgumentParser) -> None:
                      help="give up after this long (default: 30000)")
 
 
+def _consumer_source(parser: argparse.ArgumentParser) -> None:
+    """Where the consumer tools (consume, perf consume) connect and what they read."""
+    parser.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT",
+                        help="broker(s) to connect to, comma-separated")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--topic", help="the topic to read")
+    source.add_argument("--include", metavar="REGEX",
+                        help="read every topic whose whole name matches this regular "
+                             "expression")
+
+
 def _topics_parser(commands: Any) -> None:
     parser = commands.add_parser(
         "topics", help="create, list, describe, alter or delete topics",
@@ -240,13 +251,7 @@ def _consume_parser(commands: Any) -> None:
                     "end; Ctrl-C or SIGTERM ends the run cleanly.",
         epilog="example: moldau consume --bootstrap-server localhost:9092 --topic orders "
                "--from-beginning --property print.key=true --property print.offset=true")
-    parser.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT",
-                        help="broker(s) to connect to, comma-separated")
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--topic", help="the topic to read")
-    source.add_argument("--include", metavar="REGEX",
-                        help="read every topic whose whole name matches this regular "
-                             "expression")
+    _consumer_source(parser)
     parser.add_argument("--partition", type=int, metavar="N",
                         help="read only this partition of --topic, without a group")
     parser.add_argument("--offset", metavar="OFFSET",
@@ -318,13 +323,7 @@ def _perf_parser(commands: Any) -> None:
                     "--messages records arrive before --timeout.",
         epilog="example: moldau perf consume --bootstrap-server localhost:9092 --topic perf "
                "--messages 1000000")
-    consume.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT",
-                         help="broker(s) to connect to, comma-separated")
-    source = consume.add_mutually_exclusive_group(required=True)
-    source.add_argument("--topic", help="the topic to read")
-    source.add_argument("--include", metavar="REGEX",
-                        help="read every topic whose whole name matches this regular "
-                             "expression")
+    _consumer_source(consume)
     consume.add_argument("--messages", type=int, required=True, metavar="N",
                          help="how many records to read")
     consume.add_argument("--group", metavar="GROUP",

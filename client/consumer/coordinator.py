@@ -143,9 +143,6 @@ class ConsumerCoordinator:
 
     # -------------------------------------------------------------------------- coordinator
 
-    def coordinator_unknown(self) -> bool:
-        return self._coordinator_id is None
-
     def mark_coordinator_unknown(self, reason: str) -> None:
         if self._coordinator_id is not None:
             log.info("group %s: coordinator %s is unavailable (%s); looking it up again",

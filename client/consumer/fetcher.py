@@ -130,9 +130,6 @@ class Fetcher:
             out.add(self._in_line.tp)
         return out
 
-    def has_completed(self) -> bool:
-        return bool(self._completed) or self._in_line is not None
-
     def send_fetches(self) -> int:
         """Send a Fetch to every leader that has partitions to fetch and no fetch in
         flight from us. Returns how many were sent."""

@@ -125,10 +125,6 @@ class SubscriptionState:
     def is_assigned(self, tp: TopicPartition) -> bool:
         return tp in self.assignment
 
-    def is_fetchable(self, tp: TopicPartition) -> bool:
-        state = self.assignment.get(tp)
-        return state is not None and not state.paused and state.has_valid_position
-
     def fetchable(self) -> list[TopicPartition]:
         return [tp for tp, s in self.assignment.items()
                 if not s.paused and s.has_valid_position]
