@@ -71,6 +71,49 @@ BROKER_CONFIG = ConfigDef([
               one_of(*COMPRESSION_TYPES)),
     ConfigKey("min.insync.replicas", T.INT, 1, "Replicas for acks=all", at_least(1)),
     ConfigKey("unclean.leader.election.enable", T.BOOLEAN, False, "Unclean leader election"),
+    # Replication.
+    ConfigKey("replica.lag.time.max.ms", T.LONG, 30000, "A follower that has not caught up "
+              "for this long leaves the ISR", at_least(0)),
+    ConfigKey("replica.fetch.wait.max.ms", T.INT, 500, "Longest wait of a follower's fetch",
+              at_least(0)),
+    ConfigKey("replica.fetch.min.bytes", T.INT, 1, "Bytes a follower's fetch waits for",
+              at_least(1)),
+    ConfigKey("replica.fetch.max.bytes", T.INT, 1048576, "Bytes per partition in a follower's "
+              "fetch", at_least(0)),
+    ConfigKey("replica.fetch.response.max.bytes", T.INT, 10485760, "Bytes in a follower's "
+              "fetch response", at_least(0)),
+    ConfigKey("replica.fetch.backoff.ms", T.INT, 1000, "Follower back-off after a fetch error",
+              at_least(0)),
+    ConfigKey("replica.socket.timeout.ms", T.INT, 30000, "Follower request timeout"),
+    ConfigKey("num.replica.fetchers", T.INT, 1, "Fetcher connections per source broker",
+              at_least(1)),
+    ConfigKey("replica.high.watermark.checkpoint.interval.ms", T.LONG, 5000, "High watermark "
+              "checkpoint period", at_least(1)),
+    ConfigKey("auto.leader.rebalance.enable", T.BOOLEAN, True, "Move leadership back to the "
+              "preferred replica"),
+    ConfigKey("leader.imbalance.check.interval.seconds", T.LONG, 300, "Preferred leader check "
+              "period", at_least(1)),
+    ConfigKey("leader.imbalance.per.broker.percentage", T.INT, 10, "Tolerated share of "
+              "non-preferred leaders per broker", at_least(0)),
+    # Controller quorum and broker lifecycle.
+    ConfigKey("broker.heartbeat.interval.ms", T.INT, 2000, "Broker heartbeat period",
+              at_least(1)),
+    ConfigKey("broker.session.timeout.ms", T.INT, 9000, "A broker without heartbeats for "
+              "this long is fenced", at_least(1)),
+    ConfigKey("controller.quorum.election.timeout.ms", T.INT, 1000, "Raft election timeout",
+              at_least(1)),
+    ConfigKey("controller.quorum.fetch.timeout.ms", T.INT, 2000, "Raft leader fetch timeout",
+              at_least(1)),
+    ConfigKey("controller.quorum.election.backoff.max.ms", T.INT, 1000, "Raft election "
+              "back-off", at_least(1)),
+    ConfigKey("controller.quorum.request.timeout.ms", T.INT, 2000, "Raft request timeout",
+              at_least(1)),
+    ConfigKey("controller.quorum.append.linger.ms", T.INT, 25, "Metadata proposals wait this "
+              "long to share one fsync", at_least(0)),
+    ConfigKey("controlled.shutdown.enable", T.BOOLEAN, True, "Move leaderships away before "
+              "stopping"),
+    ConfigKey("metadata.log.max.record.bytes.between.snapshots", T.LONG, 20971520,
+              "Metadata log bytes between snapshots", at_least(1)),
     # Log.
     ConfigKey("log.dirs", T.LIST, None, "Directories of the log data"),
     ConfigKey("log.dir", T.STRING, DEFAULT_LOG_DIRS, "Log directory, if log.dirs is unset"),
@@ -184,6 +227,22 @@ def parse_endpoints(setting: str, entries: list[str]) -> list[Endpoint]:
     return endpoints
 
 
+def parse_voters(entries: list[str]) -> dict[int, tuple[str, int] | None]:
+    """controller.quorum.voters: `id@host:port,...`."""
+    voters: dict[int, tuple[str, int] | None] = {}
+    for entry in entries:
+        node, at, address = entry.partition("@")
+        host, colon, port = address.rpartition(":")
+        if not at or not colon or not node.isdigit() or not port.isdigit() or not host:
+            raise ConfigError(f"Invalid value {entry} for configuration "
+                              "controller.quorum.voters: expected id@host:port")
+        if int(node) in voters:
+            raise ConfigError(f"Invalid value {entry} for configuration "
+                              f"controller.quorum.voters: voter {node} appears twice")
+        voters[int(node)] = (host.strip("[]"), int(port))
+    return voters
+
+
 def parse_overrides(items: list[str]) -> dict[str, str]:
     """`--override key=value` arguments as a mapping."""
     overrides: dict[str, str] = {}
@@ -223,6 +282,7 @@ class BrokerConfig:
                 raise ConfigError(f"Invalid value for configuration advertised.listeners: "
                                   f"{endpoint.listener} is not in listeners")
         self._check_supported()
+        self._derive_roles()
         self.log_dirs: list[str] = v["log.dirs"] or [v["log.dir"]]
         if not self.log_dirs:
             raise ConfigError("Invalid value for configuration log.dirs: no directory given")
@@ -243,15 +303,6 @@ class BrokerConfig:
         """Reject Kafka settings whose other values Moldau does not implement yet, rather
         than accept them and behave differently."""
         v = self.values
-        if set(v["process.roles"]) != {"broker", "controller"}:
-            raise ConfigError(f"Invalid value {','.join(v['process.roles'])} for configuration "
-                              "process.roles: only combined broker,controller nodes are "
-                              "supported so far")
-        voters = v["controller.quorum.voters"]
-        if voters and (len(voters) != 1 or not voters[0].startswith(f"{self.node_id}@")):
-            raise ConfigError(f"Invalid value {','.join(voters)} for configuration "
-                              "controller.quorum.voters: only a single voter, this node, is "
-                              "supported so far")
         protocols = dict(item.partition(":")[::2] for item in
                          v["listener.security.protocol.map"])
         for endpoint in self.listeners:
@@ -259,6 +310,51 @@ class BrokerConfig:
             if protocol != "PLAINTEXT":
                 raise ConfigError(f"Invalid value {endpoint} for configuration listeners: "
                                   f"security protocol {protocol} is not supported yet")
+
+    def _derive_roles(self) -> None:
+        """process.roles, controller.quorum.voters and the controller listener, checked as
+        Kafka checks them. With no voters configured a combined node is the single voter
+        of its own quorum (the embedded default) and needs no controller listener."""
+        v = self.values
+        self.roles = frozenset(v["process.roles"])
+        self.is_broker = "broker" in self.roles
+        self.is_controller = "controller" in self.roles
+        controller_names = {name.upper() for name in v["controller.listener.names"]}
+        self.voters = parse_voters(v["controller.quorum.voters"])
+        self.controller_listener: Endpoint | None = None
+        for endpoint in self.listeners:
+            if endpoint.listener in controller_names:
+                self.controller_listener = endpoint
+        self.broker_listeners = [endpoint for endpoint in self.listeners
+                                 if endpoint.listener not in controller_names]
+        self.advertised_listeners = [endpoint for endpoint in self.advertised_listeners
+                                     if endpoint.listener not in controller_names]
+        voters_text = ",".join(v["controller.quorum.voters"])
+        if not self.voters:
+            if self.roles != {"broker", "controller"}:
+                raise ConfigError("Missing configuration controller.quorum.voters: a node "
+                                  f"with process.roles={','.join(sorted(self.roles))} must "
+                                  "know the controller quorum")
+            self.voters = {self.node_id: None}
+        elif self.is_controller:
+            if self.node_id not in self.voters:
+                raise ConfigError(f"Invalid value {voters_text} for configuration "
+                                  f"controller.quorum.voters: node.id {self.node_id} has the "
+                                  "controller role but is not one of the voters")
+            if self.controller_listener is None:
+                raise ConfigError("Invalid value for configuration listeners: a controller "
+                                  "needs a listener named in controller.listener.names ("
+                                  f"{','.join(sorted(controller_names))})")
+        elif self.node_id in self.voters:
+            raise ConfigError(f"Invalid value {voters_text} for configuration "
+                              f"controller.quorum.voters: node.id {self.node_id} is a voter "
+                              "but process.roles does not include controller")
+        if self.is_broker and not self.broker_listeners:
+            raise ConfigError("Invalid value for configuration listeners: a broker needs a "
+                              "listener that is not a controller listener")
+        if not self.is_broker and self.broker_listeners:
+            raise ConfigError("Invalid value for configuration listeners: a controller-only "
+                              "node must not have broker listeners")
 
     @staticmethod
     def _parse_ip_overrides(text: str) -> dict[str, int]:

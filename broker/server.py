@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 import time
@@ -16,22 +17,32 @@ from moldau.broker.coordinators.producer_ids import ProducerIdManager
 from moldau.broker.handlers import apis as _apis  # noqa: F401 - registers every handler
 from moldau.broker.handlers.api_versions import unsupported_version_response
 from moldau.broker.handlers.pool import RequestHandlerPool
-from moldau.broker.handlers.registry import decode_frame, dispatch
+from moldau.broker.handlers.registry import APIS, Deferred, decode_frame, dispatch
 from moldau.broker.log.cleaner import CleanerConfig
 from moldau.broker.log.manager import LogManager
+from moldau.broker.metadata.broker_lifecycle import BrokerLifecycle
 from moldau.broker.metadata.controller import Controller
+from moldau.broker.metadata.controller_channel import ControllerChannel
+from moldau.broker.metadata.controller_service import FORWARDED_APIS, ControllerService
 from moldau.broker.metadata.image import MetadataImage
-from moldau.broker.metadata.log import METADATA_DIR, MetadataLog
+from moldau.broker.metadata.log import METADATA_DIR
+from moldau.broker.metadata.quorum import MetadataQuorum
 from moldau.broker.metadata.records import MetadataRecord, RemoveTopicRecord
 from moldau.broker.network.channel import Request, RequestChannel
 from moldau.broker.network.connection import Connection
+from moldau.broker.network.response import Response
 from moldau.broker.network.server import SocketServer
+from moldau.broker.raft.tcp_transport import Service
 from moldau.broker.replication.manager import ReplicaManager
-from moldau.broker.storage import ensure_formatted
+from moldau.broker.storage import ensure_formatted, quorum_cluster_id
+from moldau.errors import KafkaError
+from moldau.protocol.messages import RequestHeader, encode_response
 
 log = logging.getLogger("moldau.broker")
 
 MAINTENANCE_INTERVAL_S = 1.0
+CONTROLLED_SHUTDOWN_TIMEOUT_S = 30.0
+CONTROLLER_PORT = "CONTROLLER"
 
 
 class Broker:
@@ -51,53 +62,131 @@ class Broker:
         return decode_frame(frame, connection, unsupported_version_response)
 
     async def _dispatch(self, request: Request) -> object:
+        header = request.header
+        if header.api_key in FORWARDED_APIS and request.listener != CONTROLLER_PORT \
+                and not self.quorum.is_active:
+            # Admin changes are the active controller's: pass the request on as it is.
+            body = await self.controller_channel.forward(header.api_key, header.api_version,
+                                                         request.body)
+            if body is not None:
+                return Response.of(encode_response(header.correlation_id, body))
         return await dispatch(self, request)
+
+    def _controller_port_api(self, api_key: int) -> Service | None:
+        """An admin API as served on the controller listener (forwarded by brokers)."""
+        entry = APIS.get(api_key)
+        if entry is None:
+            return None
+
+        async def serve(frame: bytes) -> bytes:
+            request = decode_frame(frame, _ControllerPortConnection(),
+                                   unsupported_version_response)
+            assert isinstance(request, Request)
+            result = await dispatch(self, request)
+            if isinstance(result, Deferred):
+                result = await result.wait
+            assert result is not None
+            return b"".join(part for part in result.parts if isinstance(part, bytes))
+
+        return entry.min_version, entry.max_version, serve
 
     async def start(self) -> None:
         started = time.monotonic()
+        config = self.config
         # Accept early; requests wait until recovery and metadata loading are done.
         bound = await self.network.start()
         self.endpoints = [self._advertised(endpoint) for endpoint in bound]
-        self.cluster_id = await asyncio.to_thread(ensure_formatted, self.config.log_dirs,
-                                                  self.node_id)
+        voters = config["controller.quorum.voters"]
+        self.cluster_id = await asyncio.to_thread(
+            ensure_formatted, config.log_dirs, self.node_id,
+            quorum_cluster_id(",".join(sorted(voters))) if voters else None)
         self.image = MetadataImage()
-        self.metadata_log = MetadataLog(self.config.log_dirs[0])
+        self.quorum = MetadataQuorum(config, self.image, self.cluster_id)
+        # On a node without the controller role every change raises NOT_CONTROLLER; handlers
+        # reach it only when forwarding to the active controller failed.
         self.controller = Controller(
-            self.node_id, self.metadata_log, self.image,
-            default_partitions=self.config["num.partitions"],
-            default_replication_factor=self.config["default.replication.factor"],
-            topic_deletion_enabled=self.config["delete.topic.enable"])
-        replayed = await asyncio.to_thread(self.controller.replay)
+            self.node_id, self.quorum,
+            default_partitions=config["num.partitions"],
+            default_replication_factor=config["default.replication.factor"],
+            topic_deletion_enabled=config["delete.topic.enable"],
+            session_timeout_ms=config["broker.session.timeout.ms"],
+            unclean_leader_election=config["unclean.leader.election.enable"])
+        services: dict[int, Service] = {}
+        if config.is_controller:
+            services = ControllerService(self.controller, self._controller_port_api).services()
+        await self.quorum.start(services)
+        self.controller_channel = ControllerChannel(
+            self.node_id, self.quorum, self.controller if config.is_controller else None,
+            cluster_id=self.cluster_id)
+        if config.is_controller:
+            self._tasks.append(asyncio.create_task(self._controller_loop(),
+                                                   name="controller-maintenance"))
+        if config.is_broker:
+            await self._start_broker()
+        self._ready.set()
+        log.info("Started in %.0f ms: cluster %s, node %d (%s), metadata offset %d, "
+                 "%d partitions", (time.monotonic() - started) * 1000, self.cluster_id,
+                 self.node_id, ",".join(sorted(config.roles)), self.image.offset,
+                 len(self.replicas.partitions) if config.is_broker else 0)
+
+    async def _start_broker(self) -> None:
+        config = self.config
+        self.lifecycle = BrokerLifecycle(
+            self.controller_channel, self.quorum,
+            endpoints=[(e.listener, e.host, e.port) for e in self.endpoints],
+            rack=config["broker.rack"],
+            heartbeat_interval_ms=config["broker.heartbeat.interval.ms"])
+        # Unfenced means caught up with the metadata up to this broker's registration: only
+        # then does the image say which logs this broker should have.
+        await self.lifecycle.start()
         self.logs = LogManager(
-            self.config.log_dirs, default_config=self.config.log_config({}),
-            recovery_threads=self.config["num.recovery.threads.per.data.dir"],
-            producer_id_expiration_ms=self.config["producer.id.expiration.ms"],
-            retention_check_interval_ms=self.config["log.retention.check.interval.ms"],
+            config.log_dirs, default_config=config.log_config({}),
+            recovery_threads=config["num.recovery.threads.per.data.dir"],
+            producer_id_expiration_ms=config["producer.id.expiration.ms"],
+            retention_check_interval_ms=config["log.retention.check.interval.ms"],
             reserved_dirs=frozenset({METADATA_DIR}),
-            cleaner_config=CleanerConfig.from_values(self.config.values))
-        self.replicas = ReplicaManager(self.node_id, self.config, self.logs, self.image,
-                                       self.config["num.io.threads"])
+            cleaner_config=CleanerConfig.from_values(config.values))
+        self.replicas = ReplicaManager(self.node_id, config, self.logs, self.image,
+                                       config["num.io.threads"])
+        held: list[Sequence[MetadataRecord]] = []
+        self.quorum.subscribe(held.append)
         await asyncio.to_thread(self.logs.load, {
             name: self.replicas.log_config_for(name) for name in self.image.topics})
         await asyncio.to_thread(self.replicas.sync_with_image)
-        self.controller.subscribe(self.replicas.on_metadata)
-        await self.controller.register_broker(
-            [(e.listener, e.host, e.port) for e in self.endpoints], self.config["broker.rack"])
-        self.producer_ids = ProducerIdManager(self.controller, self.node_id)
+        self.quorum.state_machine.publishers.remove(held.append)
+        for records in held:  # applied while the logs were loading
+            self.replicas.on_metadata(records)
+        self.quorum.subscribe(self.replicas.on_metadata)
+        self.producer_ids = ProducerIdManager(self.controller_channel, self.node_id)
         await self._start_group_coordinator()
         self.handlers.start()
-        self._tasks = [asyncio.create_task(self._maintenance_loop(), name="log-maintenance"),
-                       asyncio.create_task(self._offset_expiry_loop(), name="offset-expiry")]
-        self._ready.set()
-        log.info("Started in %.0f ms: cluster %s, %d metadata records, %d partitions",
-                 (time.monotonic() - started) * 1000, self.cluster_id, replayed,
-                 len(self.replicas.partitions))
+        self._tasks += [asyncio.create_task(self._maintenance_loop(), name="log-maintenance"),
+                        asyncio.create_task(self._offset_expiry_loop(), name="offset-expiry")]
+
+    async def _controller_loop(self) -> None:
+        """Session expiry and, when enabled, preferred-leader rebalancing."""
+        check_s = min(self.config["broker.heartbeat.interval.ms"] / 1000, 0.5)
+        rebalance_s = self.config["leader.imbalance.check.interval.seconds"]
+        next_rebalance = time.monotonic() + rebalance_s
+        while True:
+            await asyncio.sleep(check_s)
+            try:
+                await self.controller.expire_sessions()
+                if self.config["auto.leader.rebalance.enable"] \
+                        and time.monotonic() >= next_rebalance:
+                    next_rebalance = time.monotonic() + rebalance_s
+                    await self.controller.rebalance_leaders()
+            except KafkaError as exc:
+                log.debug("Controller maintenance: %s", exc)
+            except Exception:
+                log.exception("Controller maintenance failed")
 
     async def _start_group_coordinator(self) -> None:
         config = self.config
         partitions = config["offsets.topic.num.partitions"]
         self.offsets_topic = OffsetsTopic(
-            self.controller, self.replicas, partitions=partitions,
+            self.controller_channel, self.replicas,  # type: ignore[arg-type]
+            partitions=partitions,
             replication_factor=config["offsets.topic.replication.factor"],
             segment_bytes=config["offsets.topic.segment.bytes"])
         settings = GroupSettings(
@@ -118,7 +207,7 @@ class Broker:
             await asyncio.to_thread(self.groups.load, self.offsets_topic.read_all())
         self.groups.start_timers()
         self.groups.drop_offsets_of_deleted_topics(self._topic_exists)
-        self.controller.subscribe(self._on_group_metadata)
+        self.quorum.subscribe(self._on_group_metadata)
 
     def _topic_exists(self, topic: str) -> bool:
         return topic in self.image.topics
@@ -167,6 +256,16 @@ class Broker:
 
     async def stop(self) -> None:
         log.info("Shutting down")
+        lifecycle = getattr(self, "lifecycle", None)
+        if lifecycle is not None:
+            if self.config["controlled.shutdown.enable"]:
+                await lifecycle.controlled_shutdown(CONTROLLED_SHUTDOWN_TIMEOUT_S)
+            await lifecycle.stop()
+        quorum = getattr(self, "quorum", None)
+        if quorum is not None and quorum.is_active and len(quorum.voters) > 1:
+            # Hand the controller role over now rather than after an election timeout.
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(quorum.driver.resign(), 2)  # type: ignore[union-attr]
         await self.network.stop()
         await self.handlers.stop()
         for task in self._tasks:
@@ -178,6 +277,20 @@ class Broker:
             self.replicas.shutdown()
         if hasattr(self, "logs"):
             await asyncio.to_thread(self.logs.shutdown)
-        if hasattr(self, "metadata_log"):
-            self.metadata_log.close()
+        if hasattr(self, "controller_channel"):
+            await self.controller_channel.close()
+        if quorum is not None:
+            await quorum.close()
         log.info("Shut down cleanly")
+
+
+class _ControllerPortConnection:
+    """Where a request that arrived on the controller listener came from, for handlers."""
+
+    listener = CONTROLLER_PORT
+    peer = "controller-listener"
+
+    def new_request(self, header: RequestHeader, body: object) -> Request:
+        return Request(header=header, body=body, connection=self,  # type: ignore[arg-type]
+                       received_at=time.monotonic(),
+                       response=asyncio.get_running_loop().create_future())

@@ -2,7 +2,8 @@
 
 Kafka requires `kafka-storage format` first; Moldau formats an empty directory on first
 start, so a broker runs with no set-up, and refuses data that belongs to another node or
-cluster.
+cluster. Nodes of one controller quorum must share a cluster id: a new directory takes the
+one derived from controller.quorum.voters, so every node of a quorum formats alike.
 """
 
 from __future__ import annotations
@@ -20,7 +21,13 @@ def new_cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
-def ensure_formatted(log_dirs: list[str], node_id: int) -> str:
+def quorum_cluster_id(voters: str) -> str:
+    """The cluster id every node configured with these voters agrees on."""
+    derived = uuid.uuid5(uuid.NAMESPACE_URL, f"moldau-quorum:{voters}")
+    return base64.urlsafe_b64encode(derived.bytes).decode().rstrip("=")
+
+
+def ensure_formatted(log_dirs: list[str], node_id: int, new_id: str | None = None) -> str:
     """Return the cluster id, writing meta.properties where it is missing."""
     found: dict[str, dict[str, str]] = {}
     for directory in log_dirs:
@@ -36,7 +43,7 @@ def ensure_formatted(log_dirs: list[str], node_id: int) -> str:
         if meta.get("node.id") != str(node_id):
             raise ConfigError(f"Invalid value {node_id} for configuration node.id: the data in "
                               f"{directory} belongs to node {meta.get('node.id')}")
-    cluster_id = cluster_ids.pop() if cluster_ids else new_cluster_id()
+    cluster_id = cluster_ids.pop() if cluster_ids else (new_id or new_cluster_id())
     assert cluster_id is not None
     for directory in log_dirs:
         if directory not in found:

@@ -6,7 +6,7 @@ import asyncio
 import shutil
 from typing import TYPE_CHECKING, Any
 
-from moldau.broker.handlers.metadata import brokers_for
+from moldau.broker.handlers.metadata import brokers_for, controller_id
 from moldau.broker.handlers.registry import Result, api, respond
 from moldau.broker.network.channel import Request
 from moldau.errors import ErrorCode
@@ -20,7 +20,7 @@ async def handle_describe_cluster(broker: Broker, request: Request) -> Result:
     brokers = [{"broker_id": node["node_id"], "host": node["host"], "port": node["port"],
                 "rack": node["rack"]} for node in brokers_for(broker, request.listener)]
     return respond(request, {"error_code": ErrorCode.none, "cluster_id": broker.cluster_id,
-                             "controller_id": broker.node_id, "brokers": brokers})
+                             "controller_id": controller_id(broker), "brokers": brokers})
 
 
 @api(35, "DescribeLogDirs", 1, 4)

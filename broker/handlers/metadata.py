@@ -22,11 +22,24 @@ UNKNOWN_TOPIC_ID = 100
 def brokers_for(broker: Broker, listener: str) -> list[dict[str, Any]]:
     nodes = []
     for record in sorted(broker.image.brokers.values(), key=lambda r: r.broker_id):
+        if record.fenced:
+            continue  # as Kafka: clients see only brokers that can serve
         for name, host, port in record.endpoints:
             if name == listener:
                 nodes.append({"node_id": record.broker_id, "host": host, "port": port,
                               "rack": record.rack})
     return nodes
+
+
+def controller_id(broker: Broker) -> int:
+    """Clients cannot reach the controller listener; they are given the active controller
+    when it is also a live broker (admin requests sent to it need no forwarding), else this
+    broker, which forwards them."""
+    leader = broker.quorum.leader_id
+    registration = broker.image.brokers.get(leader) if leader is not None else None
+    if registration is not None and not registration.fenced:
+        return registration.broker_id
+    return broker.node_id
 
 
 def describe_topic(topic: TopicImage, *, with_operations: bool) -> dict[str, Any]:
@@ -63,7 +76,7 @@ async def _auto_create(broker: Broker, names: list[str]) -> dict[str, ErrorCode]
             errors[name] = ErrorCode.unknown_topic_or_partition
         else:
             creatable.append(NewTopic(name))
-    results = await broker.controller.create_topics(creatable, validate_only=False)
+    results = await broker.controller_channel.create_topics(creatable, validate_only=False)
     for topic, result in zip(creatable, results, strict=True):
         if isinstance(result, KafkaError) and result.code is not ErrorCode.topic_already_exists:
             errors[topic.name] = result.code
@@ -156,7 +169,7 @@ async def handle_metadata(broker: Broker, request: Request) -> Result:
     response = respond(request, {
         "brokers": brokers_for(broker, request.listener),
         "cluster_id": broker.cluster_id,
-        "controller_id": broker.node_id,
+        "controller_id": controller_id(broker),
         "topics": topics,
         "cluster_authorized_operations": -2**31,
     })

@@ -1,8 +1,10 @@
 """The controller: validates cluster changes and commits them as metadata records.
 
-Today the node is the single voter of its own quorum, so "commit" means appending to the
-local metadata log with fsync and applying to the image. Every change goes through `_commit`,
-the one place a replicated quorum will later plug in.
+Every change goes through `_commit`, which replicates it through the metadata quorum and
+returns once it is committed and applied to the image; the lock keeps decisions one at a
+time, so each is made on an image that holds every earlier one. It also keeps the brokers'
+sessions: registration, heartbeats, fencing, controlled shutdown, and the partition leader
+elections those cause.
 """
 
 from __future__ import annotations
@@ -10,17 +12,25 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from moldau.broker.log.config import TOPIC_CONFIG
-from moldau.broker.metadata.image import MetadataImage
-from moldau.broker.metadata.log import MetadataLog
+from moldau.broker.metadata.partition_change import (
+    NO_LEADER,
+    changed,
+    with_leader_if_offline,
+    with_preferred_leader,
+    without_broker,
+)
 from moldau.broker.metadata.placement import place_replicas
+from moldau.broker.metadata.quorum import MetadataQuorum
 from moldau.broker.metadata.records import (
     BROKER_RESOURCE,
     TOPIC_RESOURCE,
+    BrokerRegistrationChangeRecord,
     ConfigRecord,
     MetadataRecord,
     PartitionRecord,
@@ -39,9 +49,6 @@ _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 PRODUCER_ID_BLOCK = 1000
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 METADATA_TOPIC = "__cluster_metadata"
-
-Publisher = Callable[[Sequence[MetadataRecord]], None]
-
 
 def validate_topic_name(name: str) -> None:
     if not name:
@@ -91,48 +98,223 @@ class ConfigChange:
 
 
 class Controller:
-    def __init__(self, node_id: int, metadata_log: MetadataLog, image: MetadataImage, *,
+    """The controller's decisions. Only the active controller (the quorum leader, caught up)
+    commits; elsewhere every change raises NOT_CONTROLLER."""
+
+    def __init__(self, node_id: int, quorum: MetadataQuorum, *,
                  default_partitions: int, default_replication_factor: int,
-                 topic_deletion_enabled: bool = True) -> None:
+                 topic_deletion_enabled: bool = True, session_timeout_ms: int = 9000,
+                 unclean_leader_election: bool = False) -> None:
         self.node_id = node_id
-        self.log = metadata_log
-        self.image = image
+        self.quorum = quorum
+        self.image = quorum.image
         self.default_partitions = default_partitions
         self.default_replication_factor = default_replication_factor
         self.topic_deletion_enabled = topic_deletion_enabled
+        self.session_timeout_s = session_timeout_ms / 1000
+        self.unclean_leader_election = unclean_leader_election
         self._lock = asyncio.Lock()
-        self._publishers: list[Publisher] = []
+        # Broker sessions, kept by the active controller only: broker id -> last heartbeat.
+        self._heartbeats: dict[int, float] = {}
+        self._heard: set[int] = set()  # brokers that heartbeated to this controller
+        self._session_epoch = -1  # the quorum epoch the sessions were started in
+        # Broker id -> metadata offset that moved its leaderships away for its shutdown.
+        self._shutdown_offsets: dict[int, int] = {}
 
-    def subscribe(self, publisher: Publisher) -> None:
-        self._publishers.append(publisher)
-
-    def replay(self) -> int:
-        """Load the metadata log into the image at start-up; returns records replayed."""
-        entries = self.log.load()
-        for offset, record in entries:
-            self.image.apply(offset, record)
-        return len(entries)
-
-    async def _commit(self, records: Sequence[MetadataRecord]) -> None:
+    async def _commit(self, records: Sequence[MetadataRecord]) -> int:
         if not records:
-            return
-        last = await asyncio.to_thread(self.log.append, records)
-        first = last - len(records) + 1
-        for offset, record in enumerate(records, start=first):
-            self.image.apply(offset, record)
-        for publish in self._publishers:
-            publish(records)
+            return self.image.offset
+        return await self.quorum.commit(records)
 
     # --- brokers -------------------------------------------------------------------------
 
-    async def register_broker(self, endpoints: Iterable[tuple[str, str, int]],
-                              rack: str | None) -> None:
-        async with self._lock:
-            record = RegisterBrokerRecord(self.node_id, uuid.uuid4(), tuple(endpoints), rack)
-            await self._commit([record])
-
     def live_brokers(self) -> list[int]:
-        return sorted(self.image.brokers) or [self.node_id]
+        return self.image.live_brokers()
+
+    def _usable(self, broker_id: int) -> bool:
+        broker = self.image.brokers.get(broker_id)
+        return broker is not None and not broker.fenced and not broker.in_controlled_shutdown
+
+    def _unclean_allowed(self, topic_id: uuid.UUID) -> bool:
+        topic = self.image.topics_by_id.get(topic_id)
+        value = self.image.topic_configs(topic.name).get("unclean.leader.election.enable") \
+            if topic is not None else None
+        return self.unclean_leader_election if value is None else value == "true"
+
+    def _sessions(self) -> dict[int, float]:
+        """Sessions restart whenever this node (again) becomes the active controller: every
+        registered broker gets a full session timeout to send its first heartbeat."""
+        if self._session_epoch != self.quorum.epoch:
+            self._session_epoch = self.quorum.epoch
+            now = time.monotonic()
+            self._heartbeats = dict.fromkeys(self.image.brokers, now)
+            self._heard.clear()
+            self._shutdown_offsets.clear()
+        return self._heartbeats
+
+    def _partitions(self) -> list[PartitionRecord]:
+        return [record for topic in self.image.topics.values()
+                for record in topic.partitions.values()]
+
+    def _moving_away(self, broker_id: int) -> list[MetadataRecord]:
+        records: list[MetadataRecord] = []
+        for record in self._partitions():
+            if broker_id in record.isr or record.leader == broker_id:
+                change = without_broker(record, broker_id, self._usable,
+                                        unclean=self._unclean_allowed(record.topic_id))
+                if change is not None:
+                    records.append(change)
+        return records
+
+    def _coming_back(self, broker_id: int) -> list[MetadataRecord]:
+        records: list[MetadataRecord] = []
+        for record in self._partitions():
+            if record.leader == NO_LEADER and broker_id in record.replicas:
+                change = with_leader_if_offline(
+                    record, lambda r: r == broker_id or self._usable(r),
+                    unclean=self._unclean_allowed(record.topic_id))
+                if change is not None:
+                    records.append(change)
+        return records
+
+    async def register_broker(self, broker_id: int, incarnation_id: uuid.UUID,
+                              endpoints: Iterable[tuple[str, str, int]],
+                              rack: str | None) -> int:
+        """Register (fenced until it catches up); returns the broker epoch."""
+        async with self._lock:
+            sessions = self._sessions()
+            current = self.image.brokers.get(broker_id)
+            if current is not None and current.incarnation_id == incarnation_id:
+                sessions[broker_id] = time.monotonic()
+                return current.epoch
+            if current is not None and not current.fenced \
+                    and not current.in_controlled_shutdown and broker_id in self._heard \
+                    and time.monotonic() - sessions.get(broker_id, 0) < self.session_timeout_s:
+                raise KafkaError(ErrorCode.duplicate_broker_registration,
+                                 f"Another broker is registered with id {broker_id}; its "
+                                 "session has not expired yet")
+            epoch = self.image.offset + 1
+            records: list[MetadataRecord] = [RegisterBrokerRecord(
+                broker_id, incarnation_id, tuple(endpoints), rack, True, epoch)]
+            await self._commit(records)
+            # Its earlier life may still hold leaderships or ISR places: they move now.
+            await self._commit(self._moving_away(broker_id))
+            sessions[broker_id] = time.monotonic()
+            self._heard.discard(broker_id)
+            self._shutdown_offsets.pop(broker_id, None)
+            log.info("Registered broker %d (epoch %d, incarnation %s)", broker_id, epoch,
+                     incarnation_id)
+            return epoch
+
+    async def heartbeat(self, broker_id: int, broker_epoch: int, metadata_offset: int, *,
+                        want_fence: bool = False, want_shut_down: bool = False
+                        ) -> tuple[bool, bool, bool]:
+        """A broker's heartbeat: (caught up, fenced, should shut down)."""
+        if not self.quorum.is_active:
+            raise KafkaError(ErrorCode.not_controller, "This node is not the active controller")
+        sessions = self._sessions()
+        current = self.image.brokers.get(broker_id)
+        if current is None or current.epoch != broker_epoch:
+            raise KafkaError(ErrorCode.stale_broker_epoch,
+                             f"Broker {broker_id} epoch {broker_epoch} is not registered")
+        sessions[broker_id] = time.monotonic()
+        self._heard.add(broker_id)
+        caught_up = metadata_offset >= current.epoch
+        if want_shut_down and not current.in_controlled_shutdown:
+            async with self._lock:
+                records: list[MetadataRecord] = [BrokerRegistrationChangeRecord(
+                    broker_id, broker_epoch, in_controlled_shutdown=True)]
+                self._shutdown_offsets[broker_id] = await self._commit(records)
+                moved = self._moving_away(broker_id)
+                if moved:
+                    self._shutdown_offsets[broker_id] = await self._commit(moved)
+                log.info("Broker %d is shutting down: %d partition(s) changed", broker_id,
+                         len(moved))
+        elif want_fence and not current.fenced:
+            await self._fence(broker_id, "it asked to be fenced")
+        elif current.fenced and caught_up and not want_fence and not want_shut_down:
+            async with self._lock:
+                records = [BrokerRegistrationChangeRecord(broker_id, broker_epoch,
+                                                          fenced=False)]
+                await self._commit(records)
+                await self._commit(self._coming_back(broker_id))
+                log.info("Unfenced broker %d", broker_id)
+        current = self.image.brokers.get(broker_id)
+        fenced = current is None or current.fenced
+        shutdown_offset = self._shutdown_offsets.get(broker_id)
+        should_shut_down = (current is not None and current.in_controlled_shutdown
+                            and shutdown_offset is not None
+                            and metadata_offset >= shutdown_offset)
+        return caught_up, fenced, should_shut_down
+
+    async def _fence(self, broker_id: int, why: str) -> None:
+        async with self._lock:
+            current = self.image.brokers.get(broker_id)
+            if current is None or current.fenced:
+                return
+            await self._commit([BrokerRegistrationChangeRecord(broker_id, current.epoch,
+                                                               fenced=True)])
+            moved = self._moving_away(broker_id)
+            await self._commit(moved)
+            log.warning("Fenced broker %d (%s); %d partition(s) changed", broker_id, why,
+                        len(moved))
+
+    async def expire_sessions(self) -> None:
+        """Fence brokers whose heartbeats stopped (called periodically)."""
+        if not self.quorum.is_active:
+            return
+        sessions = self._sessions()
+        now = time.monotonic()
+        for broker_id, broker in list(self.image.brokers.items()):
+            last = sessions.setdefault(broker_id, now)
+            if not broker.fenced and now - last > self.session_timeout_s:
+                await self._fence(broker_id, f"no heartbeat for {now - last:.1f} s")
+
+    async def rebalance_leaders(self) -> None:
+        """auto.leader.rebalance.enable: preferred replicas take their leadership back."""
+        if not self.quorum.is_active:
+            return
+        async with self._lock:
+            records = [change for record in self._partitions()
+                       if (change := with_preferred_leader(record, self._usable)) is not None]
+            if records:
+                await self._commit(records)
+                log.info("Moved %d leadership(s) back to preferred replicas", len(records))
+
+    # --- partitions ----------------------------------------------------------------------
+
+    async def alter_partition(self, broker_id: int, broker_epoch: int, topic_id: uuid.UUID,
+                              partition: int, leader_epoch: int, partition_epoch: int,
+                              new_isr: Sequence[int]) -> PartitionRecord:
+        """A leader's ISR change, checked against the current state as Kafka checks it."""
+        async with self._lock:
+            current_broker = self.image.brokers.get(broker_id)
+            if current_broker is None or current_broker.epoch != broker_epoch:
+                raise KafkaError(ErrorCode.stale_broker_epoch)
+            topic = self.image.topics_by_id.get(topic_id)
+            record = topic.partitions.get(partition) if topic is not None else None
+            if record is None:
+                raise KafkaError(ErrorCode.unknown_topic_or_partition)
+            if record.leader != broker_id or leader_epoch > record.leader_epoch:
+                raise KafkaError(ErrorCode.not_leader_or_follower)
+            if leader_epoch < record.leader_epoch:
+                raise KafkaError(ErrorCode.fenced_leader_epoch)
+            if partition_epoch != record.partition_epoch:
+                raise KafkaError(ErrorCode.invalid_update_version)
+            if broker_id not in new_isr:
+                raise KafkaError(ErrorCode.invalid_request, "The leader must stay in the ISR")
+            for replica in new_isr:
+                if replica not in record.replicas or (replica not in record.isr
+                                                      and not self._usable(replica)):
+                    raise KafkaError(ErrorCode.ineligible_replica,
+                                     f"Replica {replica} cannot join the ISR")
+            change = changed(record, isr=tuple(sorted(set(new_isr),
+                                                      key=record.replicas.index)))
+            if change is None:
+                return record
+            records: list[MetadataRecord] = [change]
+            await self._commit(records)
+            return self.image.topics_by_id[topic_id].partitions[partition]
 
     # --- topics --------------------------------------------------------------------------
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from moldau.broker.metadata.records import (
     TOPIC_RESOURCE,
+    BrokerRegistrationChangeRecord,
     ConfigRecord,
     MetadataRecord,
     PartitionRecord,
@@ -14,7 +15,28 @@ from moldau.broker.metadata.records import (
     RegisterBrokerRecord,
     RemoveTopicRecord,
     TopicRecord,
+    UnregisterBrokerRecord,
 )
+
+
+@dataclass(frozen=True)
+class BrokerRegistration:
+    """A registered broker. Its epoch is the offset of its registration record (as Kafka's),
+    so a restarted broker's heartbeats are told apart from its previous life's."""
+
+    broker_id: int
+    epoch: int
+    incarnation_id: uuid.UUID
+    endpoints: tuple[tuple[str, str, int], ...]
+    rack: str | None
+    fenced: bool
+    in_controlled_shutdown: bool = False
+
+    def endpoint(self, listener: str) -> tuple[str, int] | None:
+        for name, host, port in self.endpoints:
+            if name == listener:
+                return host, port
+        return None
 
 
 @dataclass
@@ -30,7 +52,7 @@ class MetadataImage:
     topics_by_id: dict[uuid.UUID, TopicImage] = field(default_factory=dict)
     # (resource type, resource name) -> {config name: value}
     configs: dict[tuple[int, str], dict[str, str]] = field(default_factory=dict)
-    brokers: dict[int, RegisterBrokerRecord] = field(default_factory=dict)
+    brokers: dict[int, BrokerRegistration] = field(default_factory=dict)
     next_producer_id: int = 0
     offset: int = -1
 
@@ -55,8 +77,60 @@ class MetadataImage:
             case ProducerIdsRecord(next_producer_id=next_id):
                 self.next_producer_id = next_id
             case RegisterBrokerRecord(broker_id=broker_id):
-                self.brokers[broker_id] = record
+                epoch = record.broker_epoch if record.broker_epoch >= 0 else offset
+                self.brokers[broker_id] = BrokerRegistration(
+                    broker_id, epoch, record.incarnation_id, record.endpoints, record.rack,
+                    record.fenced)
+            case BrokerRegistrationChangeRecord(broker_id=broker_id):
+                current = self.brokers.get(broker_id)
+                if current is not None and current.epoch == record.broker_epoch:
+                    self.brokers[broker_id] = replace(
+                        current,
+                        fenced=current.fenced if record.fenced is None else record.fenced,
+                        in_controlled_shutdown=(
+                            current.in_controlled_shutdown
+                            if record.in_controlled_shutdown is None
+                            else record.in_controlled_shutdown))
+            case UnregisterBrokerRecord(broker_id=broker_id):
+                current = self.brokers.get(broker_id)
+                if current is not None and current.epoch == record.broker_epoch:
+                    del self.brokers[broker_id]
         self.offset = offset
+
+    def clear(self) -> None:
+        """Forget everything (before loading a snapshot): handlers keep this same object."""
+        self.topics.clear()
+        self.topics_by_id.clear()
+        self.configs.clear()
+        self.brokers.clear()
+        self.next_producer_id = 0
+        self.offset = -1
+
+    def to_records(self) -> list[MetadataRecord]:
+        """Records that rebuild this image from nothing: the content of a snapshot."""
+        records: list[MetadataRecord] = []
+        for broker in self.brokers.values():
+            records.append(RegisterBrokerRecord(
+                broker.broker_id, broker.incarnation_id, broker.endpoints, broker.rack,
+                broker.fenced, broker.epoch))
+            if broker.in_controlled_shutdown:
+                records.append(BrokerRegistrationChangeRecord(
+                    broker.broker_id, broker.epoch, in_controlled_shutdown=True))
+        for topic in self.topics.values():
+            records.append(TopicRecord(topic.name, topic.topic_id))
+            records.extend(topic.partitions.values())
+        for (kind, name), overrides in self.configs.items():
+            records += [ConfigRecord(kind, name, key, value)
+                        for key, value in overrides.items()]
+        if self.next_producer_id:
+            records.append(ProducerIdsRecord(-1, self.next_producer_id))
+        return records
 
     def topic_configs(self, name: str) -> dict[str, str]:
         return self.configs.get((TOPIC_RESOURCE, name), {})
+
+    def live_brokers(self) -> list[int]:
+        """Registered, unfenced brokers that are not shutting down: where new replicas and
+        leaders may go."""
+        return sorted(broker_id for broker_id, broker in self.brokers.items()
+                      if not broker.fenced and not broker.in_controlled_shutdown)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar
 
@@ -30,9 +31,12 @@ class PartitionRecord:
     partition: int
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
-    leader: int
+    leader: int  # -1: no leader (every replica of the ISR is fenced)
     leader_epoch: int = 0
     partition_epoch: int = 0
+    # KIP-455: replicas being added or removed by an ongoing reassignment.
+    adding_replicas: tuple[int, ...] = ()
+    removing_replicas: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -68,13 +72,35 @@ class RegisterBrokerRecord:
     incarnation_id: uuid.UUID
     endpoints: tuple[tuple[str, str, int], ...]  # (listener, host, port)
     rack: str | None = None
+    fenced: bool = True  # a new registration is fenced until the broker has caught up
+    # Told apart from the same broker's earlier lives; -1 (older logs): the record's offset.
+    broker_epoch: int = -1
+
+
+@dataclass(frozen=True)
+class BrokerRegistrationChangeRecord:
+    """Fences or unfences a broker, or marks it as shutting down (None: unchanged)."""
+
+    TYPE: ClassVar[str] = "broker_change"
+    broker_id: int
+    broker_epoch: int
+    fenced: bool | None = None
+    in_controlled_shutdown: bool | None = None
+
+
+@dataclass(frozen=True)
+class UnregisterBrokerRecord:
+    TYPE: ClassVar[str] = "unregister_broker"
+    broker_id: int
+    broker_epoch: int
 
 
 MetadataRecord = (TopicRecord | PartitionRecord | ConfigRecord | RemoveTopicRecord
-                  | ProducerIdsRecord | RegisterBrokerRecord)
+                  | ProducerIdsRecord | RegisterBrokerRecord | BrokerRegistrationChangeRecord
+                  | UnregisterBrokerRecord)
 _TYPES: dict[str, type] = {cls.TYPE: cls for cls in (
     TopicRecord, PartitionRecord, ConfigRecord, RemoveTopicRecord, ProducerIdsRecord,
-    RegisterBrokerRecord)}
+    RegisterBrokerRecord, BrokerRegistrationChangeRecord, UnregisterBrokerRecord)}
 
 
 def _plain(value: Any) -> Any:
@@ -85,16 +111,36 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _to_plain(record: MetadataRecord) -> dict[str, Any]:
+    return {"type": record.TYPE, **{k: _plain(v) for k, v in asdict(record).items()}}
+
+
 def encode_record(record: MetadataRecord) -> bytes:
-    payload = {"type": record.TYPE, **{k: _plain(v) for k, v in asdict(record).items()}}
-    return json.dumps(payload, separators=(",", ":")).encode()
+    return json.dumps(_to_plain(record), separators=(",", ":")).encode()
+
+
+def encode_records(records: Iterable[MetadataRecord]) -> bytes:
+    """Several records as one JSON array: one metadata log entry, applied atomically."""
+    return json.dumps([_to_plain(record) for record in records], separators=(",", ":")).encode()
 
 
 def decode_record(data: bytes) -> MetadataRecord:
+    return _from_plain(json.loads(data))
+
+
+def decode_records(data: bytes) -> list[MetadataRecord]:
     payload = json.loads(data)
+    if isinstance(payload, dict):
+        return [_from_plain(payload)]
+    return [_from_plain(item) for item in payload]
+
+
+def _from_plain(payload: dict[str, Any]) -> MetadataRecord:
     cls = _TYPES[payload.pop("type")]
     values: dict[str, Any] = {}
     for field in fields(cls):
+        if field.name not in payload:
+            continue  # written before the field existed: its default
         value = payload[field.name]
         if field.type in ("uuid.UUID",):
             value = uuid.UUID(value)

@@ -28,7 +28,7 @@ class SocketServer:
         self.bound: list[Endpoint] = []
 
     async def start(self) -> list[Endpoint]:
-        for endpoint in self.config.listeners:
+        for endpoint in self.config.broker_listeners:
             server = await asyncio.start_server(
                 lambda r, w, e=endpoint: self._accept(r, w, e.listener),
                 host=endpoint.host or None, port=endpoint.port, reuse_address=True,
