@@ -1,5 +1,10 @@
 """Fetch: read from the logs up to the high watermark; long-poll for min_bytes/max_wait.
 
+A fetch from a follower replica (replica id >= 0) reads up to the log end instead, and tells
+the replica manager the follower's new log end (its fetch offset). With a last fetched
+epoch (v12+) that this log does not have up to the fetch offset, the follower gets a
+diverging epoch instead of records, and truncates.
+
 Fetch sessions (KIP-227) are declined the way Kafka does with no session slots: every
 response carries session id 0, so clients keep sending full fetch requests, and an
 incremental fetch for an unknown session gets FETCH_SESSION_ID_NOT_FOUND.
@@ -13,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from moldau.broker.handlers.fetch_response import PartitionData, TopicData, encode_fetch_response
 from moldau.broker.handlers.registry import Deferred, Result, api
+from moldau.broker.log.log import PartitionLog
 from moldau.broker.network.channel import Request
 from moldau.broker.network.response import Response
 from moldau.broker.replication.manager import Partition
@@ -36,6 +42,27 @@ def check_leader_epoch(partition: Partition, requested: int) -> None:
         raise KafkaError(ErrorCode.fenced_leader_epoch)
 
 
+def replica_id_of(version: int, body: Any) -> int:
+    """The fetching replica's id (-1 for consumers): v15 moved it into replica_state."""
+    if version >= 15:
+        return body.replica_state.replica_id
+    return body.replica_id
+
+
+def diverging_epoch(log: PartitionLog, last_fetched_epoch: int,
+                    fetch_offset: int) -> tuple[int, int] | None:
+    """Where the follower's last fetched epoch ends on this log, if before its fetch offset
+    (or the epoch is not here at all): the follower's log diverges from there."""
+    epoch, end_offset = log.end_offset_for_epoch(last_fetched_epoch)
+    if epoch < 0 or end_offset < 0:
+        raise KafkaError(ErrorCode.offset_out_of_range,
+                         f"Cannot determine where epoch {last_fetched_epoch} ends on "
+                         f"{log.name}")
+    if epoch < last_fetched_epoch or end_offset < fetch_offset:
+        return epoch, end_offset
+    return None
+
+
 class _FetchPlan:
     def __init__(self, broker: Broker, request: Request) -> None:
         self.broker = broker
@@ -45,6 +72,7 @@ class _FetchPlan:
         self.min_bytes = body.min_bytes
         self.max_bytes = body.max_bytes
         self.read_committed = body.isolation_level == READ_COMMITTED
+        self.replica_id = replica_id_of(self.version, body)
         self.topics: list[tuple[str | None, Any, list[Any]]] = []
         for topic in body.topics:
             if self.version >= 13:
@@ -69,7 +97,7 @@ class _FetchPlan:
             data = TopicData(name or "", topic_id)
             for wanted in partitions:
                 result = self._read_partition(name, wanted, remaining, total == 0)
-                failed |= result.error_code != 0
+                failed |= result.error_code != 0 or result.diverging_epoch is not None
                 data.partitions.append(result)
                 size = result.size
                 remaining = max(remaining - size, 0)
@@ -87,6 +115,8 @@ class _FetchPlan:
         try:
             partition = self.broker.replicas.leader(name, wanted.partition)
             check_leader_epoch(partition, wanted.current_leader_epoch)
+            if self.replica_id >= 0:
+                return self._read_for_follower(partition, wanted, max_bytes, first, out)
             log = partition.log
             high_watermark = log.high_watermark
             result = log.read(wanted.fetch_offset, min(wanted.partition_max_bytes, max_bytes),
@@ -99,11 +129,38 @@ class _FetchPlan:
                 out.aborted = []
         except KafkaError as exc:
             out.error_code = exc.code.value
+            out.records = ()
+            out.diverging_epoch = None
             if exc.code is ErrorCode.offset_out_of_range:
                 log = self.broker.replicas.leader(name, wanted.partition).log
                 out.high_watermark = log.high_watermark
                 out.last_stable_offset = log.high_watermark
                 out.log_start_offset = log.log_start_offset
+        return out
+
+    def _read_for_follower(self, partition: Partition, wanted: Any, max_bytes: int,
+                           first: bool, out: PartitionData) -> PartitionData:
+        """Raises KafkaError like `_read_partition`'s own reads (caught there)."""
+        replicas = self.broker.replicas
+        if self.replica_id not in partition.followers:
+            raise KafkaError(ErrorCode.not_leader_or_follower,
+                             f"Replica {self.replica_id} is not a follower of "
+                             f"{partition.topic}-{partition.index}")
+        log = partition.log
+        last_fetched_epoch = getattr(wanted, "last_fetched_epoch", -1)
+        if last_fetched_epoch >= 0:
+            out.diverging_epoch = diverging_epoch(log, last_fetched_epoch,
+                                                  wanted.fetch_offset)
+        if out.diverging_epoch is None:
+            result = log.read(wanted.fetch_offset, min(wanted.partition_max_bytes, max_bytes),
+                              max_offset=None, min_one_batch=first)
+            out.records = result.slices
+            replicas.record_follower_fetch(partition, self.replica_id, wanted.fetch_offset,
+                                           getattr(wanted, "log_start_offset", -1),
+                                           result.log_end_offset)
+        # Read after the follower's position was recorded: it may just have moved it.
+        out.high_watermark = out.last_stable_offset = log.high_watermark
+        out.log_start_offset = log.log_start_offset
         return out
 
     def respond(self, topics: list[TopicData]) -> Response:

@@ -28,6 +28,8 @@ class PartitionData:
     log_start_offset: int = -1
     records: Sequence[FileRegion] = ()
     aborted: list[tuple[int, int]] | None = None  # (producer id, first offset)
+    # v12+, to a follower whose last fetched epoch is not on this log: (epoch, end offset).
+    diverging_epoch: tuple[int, int] | None = None
 
     @property
     def size(self) -> int:
@@ -112,7 +114,12 @@ def encode_fetch_response(version: int, correlation_id: int, topics: Sequence[To
             out.buf += _uvarint(size + 1) if flexible else _I32.pack(size)
             for region in partition.records:
                 out.file(region)
-            out.tags()
+            if flexible and partition.diverging_epoch is not None:
+                # One tagged field: tag 0, its size, then EpochEndOffset with no tags.
+                epoch, end_offset = partition.diverging_epoch
+                out.buf += b"\x01\x00\x0d" + _I32.pack(epoch) + _I64.pack(end_offset) + b"\0"
+            else:
+                out.tags()
         out.tags()
     out.tags()
     return out.finish()

@@ -85,8 +85,9 @@ async def handle_delete_records(broker: Broker, request: Request) -> Result:
 
 @api(23, "OffsetForLeaderEpoch", 2, 4)
 async def handle_offset_for_leader_epoch(broker: Broker, request: Request) -> Result:
-    """KIP-101/320: the end offset of a leader epoch, so a client (or, later, a follower)
-    can tell whether its position is still on the leader's log."""
+    """KIP-101/320: the end offset of a leader epoch, so a client, or a follower starting
+    to follow (replica_id >= 0, v3+), can tell where its log stops agreeing with the
+    leader's. Only the leader answers, with its current epoch checked as for Fetch."""
     topics = []
     for topic in request.body.topics:
         partitions = []

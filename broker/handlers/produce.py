@@ -1,15 +1,21 @@
-"""Produce: validate batches, append them, answer with offsets (or nothing for acks=0)."""
+"""Produce: validate batches, append them, answer with offsets (or nothing for acks=0).
+
+With acks=all the answer waits (up to the request's timeout) until the in-sync replicas have
+the records; that wait is Deferred, so it does not hold a request handler.
+"""
 
 from __future__ import annotations
 
 import struct
 from typing import TYPE_CHECKING, Any
 
-from moldau.broker.handlers.registry import Result, api, respond
+from moldau.broker.handlers.registry import Deferred, Result, api, respond
 from moldau.broker.network.channel import Request
 from moldau.broker.network.connection import CloseConnection
 from moldau.broker.network.response import Response
+from moldau.broker.replication.manager import ProduceResult
 from moldau.errors import ErrorCode
+from moldau.protocol.build import millis
 from moldau.protocol.messages import MalformedRequest
 
 if TYPE_CHECKING:
@@ -63,18 +69,35 @@ async def handle_produce(broker: Broker, request: Request) -> Result:
         return _legacy_response(request, request.body)
     body = request.body
     acks = body.acks
+    timeout_ms = millis(body.timeout)
     entries = [(topic.name, partition.index, partition.records)
                for topic in body.topic_data for partition in topic.partition_data]
     if acks not in (-1, 0, 1):
-        results = None
-    else:
-        results = await broker.replicas.append(entries, acks=acks,
-                                               produce_version=request.header.api_version)
+        return _respond(request, entries, None)
+    replicas = broker.replicas
+    results = await replicas.append(entries, acks=acks, timeout_ms=timeout_ms, wait=False,
+                                    produce_version=request.header.api_version)
     if acks == 0:
-        if results is None or any(r.error is not ErrorCode.none for r in results):
+        if any(r.error is not ErrorCode.none for r in results):
             # The client expects no answer, so an error can only be signalled by closing.
             raise CloseConnection("acks=0 produce failed")
         return None
+    if acks == -1:
+        if replicas.replication_pending(entries, results):
+            return Deferred(_respond_when_replicated(broker, request, entries, results,
+                                                     timeout_ms))
+        await replicas.wait_for_replication(entries, results, timeout_ms)  # no suspension
+    return _respond(request, entries, results)
+
+
+async def _respond_when_replicated(broker: Broker, request: Request, entries: list[Any],
+                                   results: list[ProduceResult], timeout_ms: int) -> Response:
+    await broker.replicas.wait_for_replication(entries, results, timeout_ms)
+    return _respond(request, entries, results)
+
+
+def _respond(request: Request, entries: list[Any],
+             results: list[ProduceResult] | None) -> Response:
     responses: dict[str, list[dict[str, Any]]] = {}
     for position, (topic, index, _) in enumerate(entries):
         partition: dict[str, Any] = {"index": index}

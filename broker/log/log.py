@@ -529,12 +529,18 @@ class PartitionLog:
         return info
 
     def append_as_follower(self, buf: bytes | bytearray | memoryview,
-                           batches: list[BatchHeader]) -> AppendInfo:
-        """Write batches whose offsets the leader already assigned."""
+                           batches: list[BatchHeader], *,
+                           guard: Callable[[], bool] | None = None) -> AppendInfo:
+        """Write batches whose offsets the leader already assigned.
+
+        `guard` is checked under the log lock: a replica fetcher whose partition changed role
+        meanwhile must not write (see `_check_guard`).
+        """
         if not batches:
             raise ValueError("nothing to append")
         with self._lock:
             self._check_open()
+            self._check_guard(guard)
             if batches[0].base_offset < self._log_end_offset:
                 raise ValueError(f"{self.name}: follower append at {batches[0].base_offset} "
                                  f"is below the log end {self._log_end_offset}")
@@ -904,10 +910,11 @@ class PartitionLog:
 
     # -- truncation (replication) ------------------------------------------------------------
 
-    def truncate_to(self, offset: int) -> None:
+    def truncate_to(self, offset: int, *, guard: Callable[[], bool] | None = None) -> None:
         """Remove every batch at or after the one holding `offset`."""
         with self._lock:
             self._check_open()
+            self._check_guard(guard)
             if offset >= self._log_end_offset:
                 return
             log.info("%s: truncating from offset %d (log end %d)", self.name, offset,
@@ -922,9 +929,11 @@ class PartitionLog:
                 self._log_end_offset = active.next_offset
             self._after_truncation()
 
-    def truncate_fully_and_start_at(self, offset: int) -> None:
+    def truncate_fully_and_start_at(self, offset: int, *,
+                                    guard: Callable[[], bool] | None = None) -> None:
         with self._lock:
             self._check_open()
+            self._check_guard(guard)
             self._truncate_fully_and_start_at(offset)
             self._after_truncation()
 
@@ -967,6 +976,16 @@ class PartitionLog:
     def expire_producers(self, now_ms: int) -> int:
         with self._lock:
             return self._producers.remove_expired(now_ms)
+
+    def assign_leader_epoch(self, epoch: int) -> int:
+        """This replica leads from `epoch` on: the epoch starts at the current log end, which
+        is returned (taken under the lock, so no follower write can slip in between)."""
+        with self._lock:
+            self._check_open()
+            start = self._log_end_offset
+            if self._epochs is not None:
+                self._epochs.assign(epoch, start)
+            return start
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """(epoch, end offset) as OffsetsForLeaderEpoch answers; (-1, -1) when unknown."""
@@ -1067,6 +1086,13 @@ class PartitionLog:
     def _check_open(self) -> None:
         if self._closed:
             raise KafkaError(ErrorCode.kafka_storage_error, f"{self.name}: log is closed")
+
+    def _check_guard(self, guard: Callable[[], bool] | None) -> None:
+        """Replication state changes (becoming leader) take this lock too, so a guard that
+        holds here still holds when the write completes."""
+        if guard is not None and not guard():
+            raise KafkaError(ErrorCode.not_leader_or_follower,
+                             f"{self.name}: the replica changed role; write abandoned")
 
 
 def _stamped_at(buf: bytearray, pos: int) -> int | None:

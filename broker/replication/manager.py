@@ -1,9 +1,16 @@
-"""The partitions this broker hosts, kept in step with the metadata image.
+"""The partitions this broker hosts, kept in step with the metadata image (Kafka's
+ReplicaManager).
 
-It creates and deletes logs as metadata records arrive, answers "am I the leader", appends
-validated produce data and wakes long-polling fetches when data arrives. On one node every
-partition's leader and only in-sync replica is this node, so the high watermark follows the
-log end; the replication issue adds followers, ISR changes and a purgatory for acks=all.
+Each PartitionRecord naming this node makes it the partition's leader or a follower. A leader
+appends produce data (appends.py), tracks what each follower has fetched, moves the high
+watermark and asks the controller (AlterPartition) to grow or shrink the ISR; acks=all
+produce requests wait in a purgatory until the high watermark passes their records. A
+follower fetches from its leader (fetcher.py). Without an `alter_partition` coroutine the
+broker runs alone: every partition's leader and only in-sync replica is this node and the
+high watermark follows the log end, as before replication existed.
+
+Everything here runs on the event loop, except appends handed to the I/O pool and
+`sync_with_image` at start-up (before any request is served or task started).
 """
 
 from __future__ import annotations
@@ -12,62 +19,57 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, TypeVar
 
 from moldau.broker.config import BrokerConfig
 from moldau.broker.log.config import TOPIC_CONFIG, LogConfig
-from moldau.broker.log.log import AppendInfo, PartitionLog
 from moldau.broker.log.manager import LogManager
-from moldau.broker.log.validation import RecordValidationError, validate_records
-from moldau.broker.metadata.controller import INTERNAL_TOPICS
 from moldau.broker.metadata.image import MetadataImage
 from moldau.broker.metadata.records import (
     TOPIC_RESOURCE,
     ConfigRecord,
     MetadataRecord,
     PartitionRecord,
+    RegisterBrokerRecord,
     RemoveTopicRecord,
-    TopicRecord,
 )
-from moldau.config import LONG_MAX
+from moldau.broker.replication.appends import LeaderAppends, ProduceResult
+from moldau.broker.replication.checkpoint import read_high_watermarks, write_high_watermarks
+from moldau.broker.replication.fetcher import FetchSettings
+from moldau.broker.replication.fetcher_manager import FetcherManager
+from moldau.broker.replication.isr import AlterPartition, IsrChanger, Outcome, Proposal
+from moldau.broker.replication.partition import Partition
+from moldau.broker.replication.purgatory import ProducePurgatory
 from moldau.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("moldau.broker.replication")
 
+__all__ = ["LeadershipListener", "Partition", "ProduceResult", "ReplicaManager"]
+
 TopicPartition = tuple[str, int]
+T = TypeVar("T")
+# (topic, partition, is_leader, leader_epoch), on every change of role or leader epoch.
+LeadershipListener = Callable[[str, int, bool, int], None]
+
+# AlterPartition errors after which the controller's view will reach us as metadata; until
+# then the proposal stays pending (as Kafka does), so the controller is not asked again.
+WAIT_FOR_METADATA = frozenset({ErrorCode.fenced_leader_epoch,
+                               ErrorCode.invalid_update_version,
+                               ErrorCode.not_leader_or_follower})
 
 
-@dataclass
-class Partition:
-    topic: str
-    index: int
-    record: PartitionRecord
-    log: PartitionLog
-
-    @property
-    def leader_epoch(self) -> int:
-        return self.record.leader_epoch
+def _monotonic_ms() -> int:
+    return int(time.monotonic() * 1000)
 
 
-@dataclass(slots=True)
-class ProduceResult:
-    error: ErrorCode = ErrorCode.none
-    message: str | None = None
-    base_offset: int = -1
-    log_append_time: int = -1
-    log_start_offset: int = -1
-    record_errors: list[tuple[int, str]] = field(default_factory=list)
-
-
-# Produce requests up to this size are appended on the event loop thread.
-INLINE_APPEND_BYTES = 16384
-
-
-class ReplicaManager:
+class ReplicaManager(LeaderAppends):
     def __init__(self, node_id: int, config: BrokerConfig, logs: LogManager,
-                 image: MetadataImage, io_threads: int) -> None:
+                 image: MetadataImage, io_threads: int,
+                 alter_partition: AlterPartition | None = None, *,
+                 clock_ms: Callable[[], int] = _monotonic_ms) -> None:
         self.node_id = node_id
         self.config = config
         self.logs = logs
@@ -76,63 +78,222 @@ class ReplicaManager:
         self._waiters: defaultdict[TopicPartition, set[asyncio.Future[None]]] = \
             defaultdict(set)
         self.executor = ThreadPoolExecutor(io_threads, thread_name_prefix="io")
+        self.standalone = alter_partition is None
+        self._isr = (IsrChanger(alter_partition, self._on_alter_outcome)
+                     if alter_partition is not None else None)
+        self._clock_ms = clock_ms
+        self.lag_max_ms: int = config["replica.lag.time.max.ms"]
+        self.fetch_settings = FetchSettings.from_config(config)
+        self.fetchers = FetcherManager(self, self.fetch_settings)
+        self.purgatory = ProducePurgatory(self._produce_outcome)
+        self._listeners: list[LeadershipListener] = []
+        self._tasks: list[asyncio.Task[None]] = []
+        self._checkpointed: dict[TopicPartition, int] = {}
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start fetching for followed partitions and, with replication, the ISR shrink
+        and high watermark checkpoint tasks."""
+        await self.fetchers.start()
+        if not self.standalone:
+            self._tasks = [
+                asyncio.create_task(self._shrink_loop(), name="isr-shrink"),
+                asyncio.create_task(self._checkpoint_loop(), name="high-watermark-checkpoint")]
+
+    async def stop(self) -> None:
+        """Stop fetching and ISR changes, then save the high watermarks (before the logs
+        close; the I/O pool is shut down later by `shutdown`)."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        await self.fetchers.stop()
+        if self._isr is not None:
+            await self._isr.stop()
+        self.purgatory.fail_all(ErrorCode.not_leader_or_follower)
+        if not self.standalone:
+            try:
+                await self.run_io(write_high_watermarks, self._high_watermarks_by_dir())
+            except OSError as exc:
+                log.error("Could not write the high watermark checkpoint: %s", exc)
+
+    def shutdown(self) -> None:
+        self.executor.shutdown(wait=True)
+
+    def add_leadership_listener(self, callback: LeadershipListener) -> None:
+        """`callback(topic, partition, is_leader, leader_epoch)` on every change of this
+        node's role or leader epoch for a partition, and when a hosted partition goes
+        (is_leader False). Called after the change took effect: on the event loop, except
+        for changes made by `sync_with_image` (on its thread), so register after it."""
+        self._listeners.append(callback)
+
+    async def run_io(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self.executor,
+                                                                partial(fn, *args))
 
     # --- keeping up with metadata ----------------------------------------------------------
 
     def sync_with_image(self) -> None:
-        """At start-up: host what the image says, remove logs of topics that are gone."""
+        """At start-up: host what the image says, remove logs of partitions not here."""
+        if not self.standalone:
+            self._checkpointed = read_high_watermarks(self.logs.log_dirs)
         wanted: set[TopicPartition] = set()
-        for topic in self.image.topics.values():
-            for record in topic.partitions.values():
+        # Copies: the server may apply records to the image on the loop meanwhile (it
+        # replays them to on_metadata afterwards).
+        for topic in list(self.image.topics.values()):
+            for record in list(topic.partitions.values()):
                 if self.node_id in record.replicas:
                     wanted.add((topic.name, record.partition))
-                    self._host(topic.name, record)
+                    self._apply_partition(topic.name, record)
+        self._checkpointed = {}
         for stray_log in list(self.logs.all_logs()):
             key = (stray_log.topic, stray_log.partition)
             if key not in wanted:
-                log.warning("Deleting log %s-%d: its topic is no longer in the metadata",
-                            *key)
+                log.warning("Deleting log %s-%d: this broker no longer hosts it", *key)
                 self.logs.delete(*key)
 
     def on_metadata(self, records: Sequence[MetadataRecord]) -> None:
         for record in records:
             match record:
-                case PartitionRecord() if self.node_id in record.replicas:
-                    topic = self.image.topics_by_id[record.topic_id]
-                    self._host(topic.name, record)
+                case PartitionRecord():
+                    self._on_partition_record(record)
                 case RemoveTopicRecord():
                     self._remove_topic(record)
                 case ConfigRecord(resource_type=kind, resource_name=name) \
                         if kind == TOPIC_RESOURCE:
                     self._reconfigure(name)
-                case TopicRecord():
-                    pass
+                case RegisterBrokerRecord(broker_id=broker_id):
+                    # A leader that registered again may listen elsewhere now.
+                    self.fetchers.broker_changed(broker_id)
 
     def log_config_for(self, topic: str) -> LogConfig:
         overrides = {name: TOPIC_CONFIG[name].parse(value)
                      for name, value in self.image.topic_configs(topic).items()}
         return self.config.log_config(overrides)
 
-    def _host(self, topic: str, record: PartitionRecord) -> None:
-        key = (topic, record.partition)
-        existing = self.partitions.get(key)
-        if existing is not None:
-            existing.record = record
+    def _on_partition_record(self, record: PartitionRecord) -> None:
+        topic = self.image.topics_by_id.get(record.topic_id)
+        if topic is not None:
+            self._apply_partition(topic.name, record)
             return
+        # The topic went in the same batch: RemoveTopicRecord does the rest.
+
+    def _apply_partition(self, topic: str, record: PartitionRecord) -> None:
+        key = (topic, record.partition)
+        partition = self.partitions.get(key)
+        if self.node_id not in record.replicas:
+            if partition is not None:
+                log.info("%s-%d: no longer a replica here (replicas %s); deleting the log",
+                         topic, record.partition, list(record.replicas))
+                self._drop(partition, ErrorCode.not_leader_or_follower, delete_log=True)
+            return
+        fresh = partition is None
+        if partition is None:
+            partition = self._host(topic, record)
+        elif (record.leader_epoch < partition.leader_epoch
+              or (record.leader_epoch == partition.leader_epoch
+                  and record.partition_epoch < partition.partition_epoch)):
+            log.debug("%s-%d: ignoring stale partition record %s", topic, record.partition,
+                      record)
+            return
+        if record.leader == self.node_id:
+            self._become_leader(partition, record, fresh)
+        else:
+            self._become_follower(partition, record, fresh)
+
+    def _host(self, topic: str, record: PartitionRecord) -> Partition:
+        key = (topic, record.partition)
         partition_log = self.logs.create(topic, record.partition, record.topic_id,
                                          self.log_config_for(topic))
-        self.partitions[key] = Partition(topic, record.partition, record, partition_log)
+        if not self.standalone:
+            # A restarted replica knows records up to its checkpointed high watermark were
+            # committed; beyond it, only the leader can tell.
+            partition_log.high_watermark = self._checkpointed.get(
+                key, partition_log.log_start_offset)
+        partition = Partition(topic, record.partition, record, partition_log,
+                              local_id=self.node_id)
+        self.partitions[key] = partition
+        return partition
+
+    def _become_leader(self, partition: Partition, record: PartitionRecord,
+                       fresh: bool) -> None:
+        was_leader = partition.is_leader
+        previous = partition.record
+        partition.record = record
+        if fresh or not was_leader or record.leader_epoch > previous.leader_epoch:
+            partition.fetch_generation += 1  # abandons writes of a fetcher still running
+            self.fetchers.remove(partition.key)
+            partition.is_leader = True
+            partition.pending_isr = None
+            partition.leader_epoch_start_offset = \
+                partition.log.assign_leader_epoch(record.leader_epoch)
+            partition.reset_followers(self._clock_ms(), new_leader=not was_leader)
+            if not self.standalone:
+                log.info("%s-%d: leader in epoch %d from offset %d (ISR %s, high watermark "
+                         "%d)", partition.topic, partition.index, record.leader_epoch,
+                         partition.leader_epoch_start_offset, list(record.isr),
+                         partition.log.high_watermark)
+            self._notify(partition, True)
+        else:
+            partition.sync_assignment()
+            if record != previous:
+                partition.pending_isr = None  # the committed state replaces any proposal
+            if record.isr != previous.isr:
+                log.info("%s-%d: ISR is now %s (partition epoch %d)", partition.topic,
+                         partition.index, list(record.isr), record.partition_epoch)
+        self._maybe_advance_high_watermark(partition)
+
+    def _become_follower(self, partition: Partition, record: PartitionRecord,
+                         fresh: bool) -> None:
+        was_leader = partition.is_leader
+        previous = partition.record
+        partition.record = record
+        if was_leader:
+            partition.resign()
+            self.purgatory.fail(partition.key, ErrorCode.not_leader_or_follower)
+            self._wake(partition.key)
+        if not (fresh or was_leader or record.leader != previous.leader
+                or record.leader_epoch > previous.leader_epoch):
+            return
+        partition.fetch_generation += 1
+        self.fetchers.remove(partition.key)
+        if record.leader >= 0:
+            self.fetchers.add(partition.key, record.topic_id, record.leader,
+                              record.leader_epoch, partition.fetch_generation)
+        log.info("%s-%d: follower of broker %d in epoch %d (log end %d, high watermark %d)",
+                 partition.topic, partition.index, record.leader, record.leader_epoch,
+                 partition.log.log_end_offset, partition.log.high_watermark)
+        self._notify(partition, False)
+
+    def _drop(self, partition: Partition, code: ErrorCode, *, delete_log: bool) -> None:
+        key = partition.key
+        partition.fetch_generation += 1
+        self.fetchers.remove(key)
+        partition.resign()
+        del self.partitions[key]
+        self.purgatory.fail(key, code)
+        self._wake(key)
+        if delete_log:
+            self.logs.delete(*key)
+        self._notify(partition, False)
 
     def _remove_topic(self, record: RemoveTopicRecord) -> None:
-        for key, partition in list(self.partitions.items()):
+        for partition in list(self.partitions.values()):
             if partition.record.topic_id == record.topic_id:
-                del self.partitions[key]
-                self.logs.delete(*key)
-                self._wake(key)
+                self._drop(partition, ErrorCode.unknown_topic_or_partition, delete_log=True)
 
     def _reconfigure(self, topic: str) -> None:
         if topic in self.image.topics:
             self.logs.update_config(topic, self.log_config_for(topic))
+
+    def _notify(self, partition: Partition, is_leader: bool) -> None:
+        for callback in self._listeners:
+            try:
+                callback(partition.topic, partition.index, is_leader, partition.leader_epoch)
+            except Exception:
+                log.exception("Leadership listener failed for %s-%d", partition.topic,
+                              partition.index)
 
     # --- leadership ---------------------------------------------------------------------
 
@@ -141,93 +302,137 @@ class ReplicaManager:
         if partition is None:
             raise KafkaError(ErrorCode.unknown_topic_or_partition,
                              "This server does not host this topic-partition.")
-        if partition.record.leader != self.node_id:
+        if not partition.is_leader:
             raise KafkaError(ErrorCode.not_leader_or_follower,
                              "This server is not the leader for that topic-partition.")
         return partition
 
-    # --- produce ------------------------------------------------------------------------
+    # --- the leader's view of its followers ---------------------------------------------
 
-    async def append(self, entries: Sequence[tuple[str, int, bytes | None]], *, acks: int,
-                     produce_version: int) -> list[ProduceResult]:
-        """Validate and append one produce request's partitions. Small requests append on
-        the event loop (a page-cache write of a few KiB costs less than the hand-off to a
-        thread and back); larger ones go to the I/O pool so the loop keeps serving."""
-        if self._inline(entries):
-            results = self._append_all(entries, acks, produce_version, inline=True)
+    def record_follower_fetch(self, partition: Partition, replica_id: int, fetch_offset: int,
+                              log_start_offset: int, leader_end_offset: int) -> None:
+        """A follower fetched from `fetch_offset`: that is its log end now."""
+        state = partition.followers.get(replica_id)
+        if state is None:
+            raise KafkaError(ErrorCode.not_leader_or_follower,
+                             f"Replica {replica_id} is not in the replica set "
+                             f"{list(partition.record.replicas)} of {partition.topic}-"
+                             f"{partition.index}")
+        state.on_fetch(fetch_offset, log_start_offset, self._clock_ms(), leader_end_offset)
+        self._maybe_expand_isr(partition, replica_id)
+        self._maybe_advance_high_watermark(partition)
+
+    def _maybe_advance_high_watermark(self, partition: Partition) -> None:
+        if self.standalone:
+            plog = partition.log
+            moved = partition.is_leader and plog.log_end_offset > plog.high_watermark
+            if moved:
+                plog.high_watermark = plog.log_end_offset
         else:
-            loop = asyncio.get_running_loop()
-            results = await loop.run_in_executor(self.executor, self._append_all, entries,
-                                                 acks, produce_version)
-        for (topic, index, _), result in zip(entries, results, strict=True):
-            if result.error is ErrorCode.none:
-                self._wake((topic, index))
-        return results
+            moved = partition.maybe_increment_high_watermark()
+        if moved:
+            # Consumers may now read further; acks=all producers may be done.
+            self._wake(partition.key)
+            self.purgatory.check(partition.key)
 
-    def _inline(self, entries: Sequence[tuple[str, int, bytes | None]]) -> bool:
-        """Small enough, and no partition forces an fsync per append (flush.messages,
-        flush.ms): then the append never waits for the disk, only for the page cache."""
-        if sum(len(records) for _, _, records in entries if records) > INLINE_APPEND_BYTES:
-            return False
-        for topic, index, _ in entries:
-            partition = self.partitions.get((topic, index))
-            if partition is not None:
-                config = partition.log.config
-                if config.flush_messages != LONG_MAX or config.flush_ms != LONG_MAX:
-                    return False
-        return True
+    def _isr_eligible(self, replica: int) -> bool:
+        """KIP-841: only registered, unfenced brokers not shutting down join the ISR."""
+        broker = self.image.brokers.get(replica)
+        return broker is not None and not broker.fenced and not broker.in_controlled_shutdown
 
-    def _append_all(self, entries: Sequence[tuple[str, int, bytes | None]], acks: int,
-                    produce_version: int, inline: bool = False) -> list[ProduceResult]:
-        return [self._append_one(topic, index, records, acks, produce_version, inline)
-                for topic, index, records in entries]
+    def _maybe_expand_isr(self, partition: Partition, replica: int) -> None:
+        if self._isr is None:
+            return
+        new_isr = partition.expansion_candidate(replica)
+        if new_isr is not None and self._isr_eligible(replica):
+            self._isr.submit(partition, new_isr)
 
-    def _append_one(self, topic: str, index: int, records: bytes | None, acks: int,
-                    produce_version: int, inline: bool = False) -> ProduceResult:
-        try:
-            if topic in INTERNAL_TOPICS:
-                raise KafkaError(ErrorCode.invalid_topic_exception,
-                                 f"Cannot append to internal topic {topic}")
-            partition = self.leader(topic, index)
-            partition_log = partition.log
-            config = partition_log.config
-            if acks == -1 and config.min_insync_replicas > 1:
-                # One node: the ISR is this node alone.
-                raise KafkaError(ErrorCode.not_enough_replicas,
-                                 f"The size of the current ISR {{{self.node_id}}} is "
-                                 f"insufficient to satisfy the min.isr requirement of "
-                                 f"{config.min_insync_replicas} for partition {topic}-{index}")
-            if not records:
-                raise KafkaError(ErrorCode.corrupt_message, "Produce request with no records")
-            now = int(time.time() * 1000)
-            buf = bytearray(records)
-            batches = validate_records(buf, config, now_ms=now,
-                                       produce_version=produce_version)
-            if any(batch.is_transactional for batch in batches):
-                raise KafkaError(ErrorCode.invalid_txn_state,
-                                 "Transactional produce is not supported yet")
-            info: AppendInfo = partition_log.append_as_leader(
-                buf, batches, leader_epoch=partition.leader_epoch,
-                log_append_time_ms=now if config.log_append_time else None,
-                background=self.executor.submit if inline else None)
-            partition_log.high_watermark = partition_log.log_end_offset
-            return ProduceResult(base_offset=info.first_offset,
-                                 log_append_time=info.log_append_time_ms,
-                                 log_start_offset=info.log_start_offset)
-        except RecordValidationError as exc:
-            log.info("Produce to %s-%d rejected: %s %s", topic, index, exc.code.name,
-                     exc.message or "")
-            return ProduceResult(error=exc.code, message=exc.message,
-                                 record_errors=exc.record_errors)
-        except KafkaError as exc:
-            if exc.code not in (ErrorCode.unknown_topic_or_partition,
-                                ErrorCode.not_leader_or_follower):
-                log.info("Produce to %s-%d rejected: %s %s", topic, index, exc.code.name,
-                         exc.message or "")
-            return ProduceResult(error=exc.code, message=exc.message)
-        except OSError as exc:
-            log.error("Write to %s-%d failed: %s", topic, index, exc)
-            return ProduceResult(error=ErrorCode.kafka_storage_error, message=str(exc))
+    def maybe_shrink_isr(self) -> None:
+        """Propose removing ISR followers not caught up for replica.lag.time.max.ms."""
+        if self._isr is None:
+            return
+        now = self._clock_ms()
+        for partition in list(self.partitions.values()):
+            if (not partition.is_leader or partition.alter_in_flight
+                    or partition.pending_isr is not None):
+                continue
+            lagging = partition.out_of_sync_replicas(now, self.lag_max_ms)
+            if not lagging:
+                continue
+            ends = {r: partition.followers[r].log_end_offset
+                    for r in lagging if r in partition.followers}
+            log.info("%s-%d: replicas %s are out of sync (log ends %s, leader's %d); "
+                     "shrinking the ISR", partition.topic, partition.index, lagging, ends,
+                     partition.log.log_end_offset)
+            self._isr.submit(partition, tuple(r for r in partition.isr if r not in lagging))
+
+    def _on_alter_outcome(self, partition: Partition, proposal: Proposal,
+                          outcome: Outcome) -> None:
+        if self.partitions.get(partition.key) is not partition or \
+                not proposal.still_current(partition):
+            return  # the partition moved on; the metadata tells the rest
+        if isinstance(outcome, KafkaError):
+            if outcome.code in WAIT_FOR_METADATA:
+                log.info("%s-%d: ISR change %s rejected (%s); waiting for metadata",
+                         partition.topic, partition.index, list(proposal.isr),
+                         outcome.code.name)
+            else:
+                log.info("%s-%d: ISR change %s failed (%s %s)", partition.topic,
+                         partition.index, list(proposal.isr), outcome.code.name,
+                         outcome.message or "")
+                partition.pending_isr = None
+            return
+        record = outcome
+        if (record.leader_epoch != partition.leader_epoch
+                or record.partition_epoch < partition.partition_epoch):
+            return
+        partition.record = record
+        partition.pending_isr = None
+        partition.sync_assignment()
+        log.info("%s-%d: ISR is now %s (partition epoch %d)", partition.topic,
+                 partition.index, list(record.isr), record.partition_epoch)
+        self._maybe_advance_high_watermark(partition)
+
+    async def _shrink_loop(self) -> None:
+        interval = max(self.lag_max_ms / 2, 1) / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self.maybe_shrink_isr()
+            except Exception:
+                log.exception("ISR shrink check failed")
+
+    # --- the follower's side (FollowerHost) -----------------------------------------------
+
+    def follower(self, key: TopicPartition, generation: int) -> Partition | None:
+        partition = self.partitions.get(key)
+        if partition is None or partition.is_leader or \
+                partition.fetch_generation != generation:
+            return None
+        return partition
+
+    def leader_endpoint(self, broker_id: int) -> tuple[str, int] | None:
+        broker = self.image.brokers.get(broker_id)
+        return broker.endpoint(self.fetch_settings.listener) if broker is not None else None
+
+    # --- high watermark checkpoint ----------------------------------------------------------
+
+    def _high_watermarks_by_dir(self) -> dict[str, dict[TopicPartition, int]]:
+        by_dir: dict[str, dict[TopicPartition, int]] = {d: {} for d in self.logs.log_dirs}
+        for key, partition in self.partitions.items():
+            log_dir = self.logs.log_dir_of(*key)
+            if log_dir is not None and not partition.log.closed:
+                by_dir.setdefault(log_dir, {})[key] = partition.log.high_watermark
+        return by_dir
+
+    async def _checkpoint_loop(self) -> None:
+        interval = self.config["replica.high.watermark.checkpoint.interval.ms"] / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.run_io(write_high_watermarks, self._high_watermarks_by_dir())
+            except Exception:
+                log.exception("Writing the high watermark checkpoint failed")
 
     # --- waiting for data ---------------------------------------------------------------
 
@@ -237,7 +442,8 @@ class ReplicaManager:
                 waiter.set_result(None)
 
     async def wait_for_data(self, keys: Sequence[TopicPartition], timeout_s: float) -> None:
-        """Return when any of `keys` gets new data, or after `timeout_s`."""
+        """Return when any of `keys` gets new data (or a higher high watermark), or after
+        `timeout_s`."""
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         for key in keys:
             self._waiters[key].add(waiter)
@@ -252,6 +458,3 @@ class ReplicaManager:
                     waiting.discard(waiter)
                     if not waiting:
                         del self._waiters[key]
-
-    def shutdown(self) -> None:
-        self.executor.shutdown(wait=True)
