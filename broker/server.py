@@ -7,6 +7,7 @@ import contextlib
 import logging
 import socket
 import time
+import uuid
 from collections.abc import Sequence
 
 from moldau.broker.config import BrokerConfig, Endpoint
@@ -27,7 +28,7 @@ from moldau.broker.metadata.controller_service import FORWARDED_APIS, Controller
 from moldau.broker.metadata.image import MetadataImage
 from moldau.broker.metadata.log import METADATA_DIR
 from moldau.broker.metadata.quorum import MetadataQuorum
-from moldau.broker.metadata.records import MetadataRecord, RemoveTopicRecord
+from moldau.broker.metadata.records import MetadataRecord, PartitionRecord, RemoveTopicRecord
 from moldau.broker.network.channel import Request, RequestChannel
 from moldau.broker.network.connection import Connection
 from moldau.broker.network.response import Response
@@ -146,8 +147,12 @@ class Broker:
             retention_check_interval_ms=config["log.retention.check.interval.ms"],
             reserved_dirs=frozenset({METADATA_DIR}),
             cleaner_config=CleanerConfig.from_values(config.values))
+        # The embedded single node (no controller listener) has no followers: its ISR is
+        # itself and the high watermark follows the log end, with no AlterPartition.
+        alone = config.controller_listener is None and len(config.voters) == 1
         self.replicas = ReplicaManager(self.node_id, config, self.logs, self.image,
-                                       config["num.io.threads"])
+                                       config["num.io.threads"],
+                                       None if alone else self._alter_partition)
         held: list[Sequence[MetadataRecord]] = []
         self.quorum.subscribe(held.append)
         await asyncio.to_thread(self.logs.load, {
@@ -157,11 +162,18 @@ class Broker:
         for records in held:  # applied while the logs were loading
             self.replicas.on_metadata(records)
         self.quorum.subscribe(self.replicas.on_metadata)
+        await self.replicas.start()
         self.producer_ids = ProducerIdManager(self.controller_channel, self.node_id)
         await self._start_group_coordinator()
         self.handlers.start()
         self._tasks += [asyncio.create_task(self._maintenance_loop(), name="log-maintenance"),
                         asyncio.create_task(self._offset_expiry_loop(), name="offset-expiry")]
+
+    async def _alter_partition(self, topic_id: uuid.UUID, partition: int, leader_epoch: int,
+                               partition_epoch: int, new_isr: tuple[int, ...]
+                               ) -> PartitionRecord:
+        return await self.controller_channel.alter_partition(
+            self.lifecycle.epoch, topic_id, partition, leader_epoch, partition_epoch, new_isr)
 
     async def _controller_loop(self) -> None:
         """Session expiry and, when enabled, preferred-leader rebalancing."""
@@ -274,6 +286,7 @@ class Broker:
         if hasattr(self, "groups"):
             self.groups.shutdown()
         if hasattr(self, "replicas"):
+            await self.replicas.stop()
             self.replicas.shutdown()
         if hasattr(self, "logs"):
             await asyncio.to_thread(self.logs.shutdown)

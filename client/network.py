@@ -380,8 +380,10 @@ class NetworkClient:
         if version is not None and max_version is not None:
             version = min(version, max_version)
         if version is None or (min_version is not None and version < min_version):
+            name = ApiKey(api_key).name if api_key in ApiKey._value2member_map_ \
+                else f"API {api_key}"
             raise UnsupportedVersionError(
-                f"Node {state.node_id} does not support {ApiKey(api_key).name}"
+                f"Node {state.node_id} does not support {name}"
                 + (f" v{min_version}+" if min_version is not None else ""))
         return version
 

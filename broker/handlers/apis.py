@@ -9,7 +9,9 @@ from moldau.broker.handlers import (  # noqa: F401
     groups,
     metadata,
     offsets,
+    partitions,
     produce,
     producer_ids,
+    quorum,
     topics,
 )

@@ -23,6 +23,7 @@ from moldau.errors import ErrorCode, KafkaError
 log = logging.getLogger("moldau.broker.lifecycle")
 
 _RETRY_S = 0.2
+NO_CONTROLLER_GRACE_S = 2.0
 
 
 class BrokerLifecycle:
@@ -99,11 +100,24 @@ class BrokerLifecycle:
         if self.epoch < 0:
             return False
         deadline = time.monotonic() + timeout_s
+        leaderless_since: float | None = None
         while time.monotonic() < deadline:
+            if self.quorum.leader_id is None:
+                # No controller (the quorum has lost its majority): nobody can move the
+                # leaderships, so waiting longer only delays the stop.
+                now = time.monotonic()
+                leaderless_since = leaderless_since or now
+                if now - leaderless_since >= NO_CONTROLLER_GRACE_S:
+                    log.warning("No controller is reachable; stopping without moving "
+                                "leaderships")
+                    return False
+            else:
+                leaderless_since = None
             try:
                 _, _, should_shut_down = await self.channel.heartbeat(
                     self.epoch, self.metadata_offset, want_shut_down=True,
-                    timeout_s=max(deadline - time.monotonic(), 0.1))
+                    timeout_s=min(max(deadline - time.monotonic(), 0.1),
+                                  NO_CONTROLLER_GRACE_S))
                 if should_shut_down:
                     log.info("Controlled shutdown complete: leaderships moved")
                     return True

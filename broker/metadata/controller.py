@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from moldau.broker.log.config import TOPIC_CONFIG
+from moldau.broker.metadata.image import BrokerRegistration
 from moldau.broker.metadata.partition_change import (
     NO_LEADER,
     changed,
@@ -27,6 +28,16 @@ from moldau.broker.metadata.partition_change import (
 )
 from moldau.broker.metadata.placement import place_replicas
 from moldau.broker.metadata.quorum import MetadataQuorum
+from moldau.broker.metadata.reassignment import (
+    PREFERRED_ELECTION,
+    UNCLEAN_ELECTION,
+    cancel_reassignment,
+    check_target,
+    elect,
+    is_reassigning,
+    progressed,
+    start_reassignment,
+)
 from moldau.broker.metadata.records import (
     BROKER_RESOURCE,
     TOPIC_RESOURCE,
@@ -213,32 +224,36 @@ class Controller:
         if not self.quorum.is_active:
             raise KafkaError(ErrorCode.not_controller, "This node is not the active controller")
         sessions = self._sessions()
-        current = self.image.brokers.get(broker_id)
-        if current is None or current.epoch != broker_epoch:
-            raise KafkaError(ErrorCode.stale_broker_epoch,
-                             f"Broker {broker_id} epoch {broker_epoch} is not registered")
+        current = self._registration(broker_id, broker_epoch)
         sessions[broker_id] = time.monotonic()
         self._heard.add(broker_id)
         caught_up = metadata_offset >= current.epoch
-        if want_shut_down and not current.in_controlled_shutdown:
+        if want_shut_down and broker_id not in self._shutdown_offsets:
             async with self._lock:
-                records: list[MetadataRecord] = [BrokerRegistrationChangeRecord(
-                    broker_id, broker_epoch, in_controlled_shutdown=True)]
-                self._shutdown_offsets[broker_id] = await self._commit(records)
+                current = self._registration(broker_id, broker_epoch)
+                records: list[MetadataRecord] = []
+                if not current.in_controlled_shutdown:
+                    records.append(BrokerRegistrationChangeRecord(
+                        broker_id, broker_epoch, in_controlled_shutdown=True))
+                    await self._commit(records)
                 moved = self._moving_away(broker_id)
-                if moved:
-                    self._shutdown_offsets[broker_id] = await self._commit(moved)
+                # Also after a controller change: the offset the broker must reach to know
+                # its leaderships are gone is the one of this controller's last change.
+                self._shutdown_offsets[broker_id] = await self._commit(moved) if moved \
+                    else self.image.offset
                 log.info("Broker %d is shutting down: %d partition(s) changed", broker_id,
                          len(moved))
         elif want_fence and not current.fenced:
             await self._fence(broker_id, "it asked to be fenced")
         elif current.fenced and caught_up and not want_fence and not want_shut_down:
             async with self._lock:
-                records = [BrokerRegistrationChangeRecord(broker_id, broker_epoch,
-                                                          fenced=False)]
-                await self._commit(records)
-                await self._commit(self._coming_back(broker_id))
-                log.info("Unfenced broker %d", broker_id)
+                # Re-checked under the lock: a registration may have replaced this one.
+                current = self._registration(broker_id, broker_epoch)
+                if current.fenced:
+                    await self._commit([BrokerRegistrationChangeRecord(
+                        broker_id, broker_epoch, fenced=False)])
+                    await self._commit(self._coming_back(broker_id))
+                    log.info("Unfenced broker %d", broker_id)
         current = self.image.brokers.get(broker_id)
         fenced = current is None or current.fenced
         shutdown_offset = self._shutdown_offsets.get(broker_id)
@@ -246,6 +261,13 @@ class Controller:
                             and shutdown_offset is not None
                             and metadata_offset >= shutdown_offset)
         return caught_up, fenced, should_shut_down
+
+    def _registration(self, broker_id: int, broker_epoch: int) -> BrokerRegistration:
+        current = self.image.brokers.get(broker_id)
+        if current is None or current.epoch != broker_epoch:
+            raise KafkaError(ErrorCode.stale_broker_epoch,
+                             f"Broker {broker_id} epoch {broker_epoch} is not registered")
+        return current
 
     async def _fence(self, broker_id: int, why: str) -> None:
         async with self._lock:
@@ -312,6 +334,7 @@ class Controller:
                                                       key=record.replicas.index)))
             if change is None:
                 return record
+            change = self._reassignment_progress(record, change)
             records: list[MetadataRecord] = [change]
             await self._commit(records)
             return self.image.topics_by_id[topic_id].partitions[partition]
@@ -571,3 +594,115 @@ class Controller:
             first = self.image.next_producer_id
             await self._commit([ProducerIdsRecord(broker_id, first + PRODUCER_ID_BLOCK)])
             return first, PRODUCER_ID_BLOCK
+
+    # --- reassignments and elections (KIP-455, KIP-460) -----------------------------------
+
+    def _check_active(self) -> None:
+        if not self.quorum.is_active:
+            raise KafkaError(ErrorCode.not_controller, "This node is not the active controller")
+
+    def _partition_record(self, topic: str, partition: int) -> PartitionRecord:
+        image = self.image.topics.get(topic)
+        record = image.partitions.get(partition) if image is not None else None
+        if record is None:
+            raise KafkaError(ErrorCode.unknown_topic_or_partition,
+                             f"The partition {topic}-{partition} does not exist.")
+        return record
+
+    def _reassignment_progress(self, record: PartitionRecord,
+                               change: PartitionRecord) -> PartitionRecord:
+        """A change of `record` with the reassignment it carries completed when it can be."""
+        return progressed(record, change, self._usable)
+
+    async def alter_partition_reassignments(
+            self, reassignments: Iterable[tuple[str, int, Sequence[int] | None]]
+    ) -> dict[tuple[str, int], KafkaError | None]:
+        """Start (target replicas) or cancel (None) reassignments; every change is committed
+        at once. Per partition: None, or the error that left it as it was."""
+        async with self._lock:
+            self._check_active()
+            results: dict[tuple[str, int], KafkaError | None] = {}
+            pending: dict[tuple[str, int], PartitionRecord] = {}
+            for topic, partition, target in reassignments:
+                key = (topic, partition)
+                try:
+                    record = pending.get(key) or self._partition_record(topic, partition)
+                    if target is None:
+                        change = cancel_reassignment(
+                            record, self._usable, name=f"{topic}-{partition}",
+                            unclean_allowed=self._unclean_allowed(record.topic_id))
+                    else:
+                        check_target(target, self.image.brokers)
+                        change = start_reassignment(record, target, self._usable)
+                except KafkaError as exc:
+                    results[key] = exc
+                    continue
+                results[key] = None
+                if change is not None:
+                    pending[key] = change
+            await self._commit(list(pending.values()))
+            for (topic, partition), record in pending.items():
+                if is_reassigning(record):
+                    log.info("Reassigning %s-%d: replicas %s, adding %s, removing %s", topic,
+                             partition, list(record.replicas), list(record.adding_replicas),
+                             list(record.removing_replicas))
+                else:
+                    log.info("Partition %s-%d now has replicas %s (leader %d)", topic,
+                             partition, list(record.replicas), record.leader)
+            return results
+
+    def list_partition_reassignments(
+            self, partitions: Iterable[tuple[str, int]] | None
+    ) -> dict[tuple[str, int], PartitionRecord]:
+        """The ongoing reassignments among `partitions` (None: of every partition); unknown
+        partitions are left out, as Kafka does."""
+        self._check_active()
+        if partitions is None:
+            wanted = [(topic.name, index) for topic in self.image.topics.values()
+                      for index in sorted(topic.partitions)]
+        else:
+            wanted = list(partitions)
+        ongoing: dict[tuple[str, int], PartitionRecord] = {}
+        for topic, partition in wanted:
+            image = self.image.topics.get(topic)
+            record = image.partitions.get(partition) if image is not None else None
+            if record is not None and is_reassigning(record):
+                ongoing[(topic, partition)] = record
+        return ongoing
+
+    async def elect_leaders(self, election_type: int,
+                            partitions: Iterable[tuple[str, int]] | None
+                            ) -> dict[tuple[str, int], KafkaError | None]:
+        """ElectLeaders: 0 preferred, 1 unclean. With partitions None every partition is
+        tried and those that needed no election are left out of the result."""
+        if election_type not in (PREFERRED_ELECTION, UNCLEAN_ELECTION):
+            raise KafkaError(ErrorCode.invalid_request,
+                             f"Unknown election type {election_type}")
+        async with self._lock:
+            self._check_active()
+            everything = partitions is None
+            if partitions is None:
+                wanted = [(topic.name, index) for topic in self.image.topics.values()
+                          for index in sorted(topic.partitions)]
+            else:
+                wanted = list(dict.fromkeys(partitions))
+            results: dict[tuple[str, int], KafkaError | None] = {}
+            records: list[MetadataRecord] = []
+            for topic, partition in wanted:
+                try:
+                    record = self._partition_record(topic, partition)
+                except KafkaError as exc:
+                    results[(topic, partition)] = exc
+                    continue
+                outcome = elect(record, election_type, self._usable)
+                if isinstance(outcome, KafkaError):
+                    if not (everything and outcome.code is ErrorCode.election_not_needed):
+                        results[(topic, partition)] = outcome
+                    continue
+                records.append(outcome)
+                results[(topic, partition)] = None
+            await self._commit(records)
+            if records:
+                kind = "preferred" if election_type == PREFERRED_ELECTION else "unclean"
+                log.info("Elected %d leader(s) by %s election", len(records), kind)
+            return results

@@ -26,10 +26,13 @@ LOG_FILE = "00000000000000000000.log"
 
 
 class MetadataLog:
-    def __init__(self, directory: str) -> None:
-        self.directory = os.path.join(directory, METADATA_DIR)
+    def __init__(self, directory: str, *, file_name: str = LOG_FILE) -> None:
+        """`directory` is the metadata directory itself when `file_name` is given, else
+        the log dir that holds it."""
+        self.directory = (directory if file_name != LOG_FILE
+                          else os.path.join(directory, METADATA_DIR))
         os.makedirs(self.directory, exist_ok=True)
-        self.path = os.path.join(self.directory, LOG_FILE)
+        self.path = os.path.join(self.directory, file_name)
         self.next_offset = 0
         self.epoch = 0
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)

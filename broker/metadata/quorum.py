@@ -95,12 +95,20 @@ def raft_config(config: BrokerConfig) -> RaftConfig:
 
 def migrate_legacy_log(directory: str) -> None:
     """Turn a metadata log written before the quorum (one file of records, no
-    quorum-state) into a snapshot at its end, so no topic is forgotten."""
+    quorum-state) into a snapshot at its end, so no topic is forgotten. The old file is
+    set aside first and removed last: a crash in between is finished at the next start."""
     legacy = os.path.join(directory, LOG_FILE)
-    if os.path.exists(os.path.join(directory, QUORUM_STATE_FILE)) \
-            or not os.path.exists(legacy) or os.path.getsize(legacy) == 0:
+    moved = legacy + ".pre-quorum"
+    if os.path.exists(os.path.join(directory, QUORUM_STATE_FILE)):
         return
-    old = MetadataLog(os.path.dirname(directory))
+    if not os.path.exists(moved):
+        if not os.path.exists(legacy) or os.path.getsize(legacy) == 0:
+            return
+        os.replace(legacy, moved)
+    for name in os.listdir(directory):  # whatever an interrupted conversion left
+        if name != os.path.basename(moved):
+            os.remove(os.path.join(directory, name))
+    old = MetadataLog(directory, file_name=os.path.basename(moved))
     try:
         entries = old.load()
     finally:
@@ -108,12 +116,11 @@ def migrate_legacy_log(directory: str) -> None:
     image = MetadataImage()
     for offset, record in entries:
         image.apply(offset, record)
-    moved = legacy + ".pre-quorum"
-    os.replace(legacy, moved)
     machine = MetadataStateMachine(image)
+    end = image.offset + 1
     with DiskRaftLog(directory) as raft_log:
-        end = image.offset + 1
-        raft_log.install_snapshot(Snapshot(OffsetAndEpoch(end, 0), machine.snapshot()))
+        if end > 0:
+            raft_log.install_snapshot(Snapshot(OffsetAndEpoch(end, 0), machine.snapshot()))
     os.remove(moved)
     log.info("Converted the metadata log (%d records) into a snapshot at offset %d",
              len(entries), end)

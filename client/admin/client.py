@@ -1,4 +1,5 @@
-"""AsyncAdmin: topics, partitions, configs, cluster, groups, offsets, records, log dirs.
+"""AsyncAdmin: topics, partitions, replicas, configs, cluster, groups, offsets, records,
+log dirs.
 
 Each operation is a call: a request sent to the node the API needs (any broker, the
 controller, a given broker, a group's coordinator or a partition's leader), retried after
@@ -15,7 +16,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from moldau.client.admin.types import (
@@ -24,6 +25,7 @@ from moldau.client.admin.types import (
     ConfigEntry,
     ConfigResource,
     ConfigSource,
+    ElectionType,
     GroupDescription,
     GroupListing,
     ListedOffset,
@@ -33,6 +35,7 @@ from moldau.client.admin.types import (
     NewTopic,
     OffsetAndMetadata,
     PartitionDescription,
+    PartitionReassignment,
     ReplicaInfo,
     ResourceType,
     TopicDescription,
@@ -63,6 +66,9 @@ log = logging.getLogger("moldau.client.admin")
 
 T = TypeVar("T")
 _ZERO_UUID = uuid.UUID(int=0)
+_ELECT_LEADERS = ApiKey.ELECT_LEADERS
+_ALTER_PARTITION_REASSIGNMENTS = ApiKey.ALTER_PARTITION_REASSIGNMENTS
+_LIST_PARTITION_REASSIGNMENTS = ApiKey.LIST_PARTITION_REASSIGNMENTS
 
 # Errors that mean "ask again, maybe elsewhere", not "this is the answer".
 _RETRY_ERRORS = frozenset({
@@ -394,6 +400,96 @@ class AsyncAdmin:
 
         await self._call("createPartitions", self._to_controller("createPartitions"),
                          ApiKey.CREATE_PARTITIONS, body, handle, timeout=timeout)
+
+    # -------------------------------------------------------------------------- replicas
+
+    def _timeout_ms(self, timeout: float | None) -> int:
+        return round((self.default_timeout if timeout is None else timeout) * 1000)
+
+    async def elect_leaders(self, election_type: ElectionType | int,
+                            partitions: Iterable[TopicPartition] | None = None, *,
+                            timeout: float | None = None
+                            ) -> dict[TopicPartition, KafkaError | None]:
+        """Elect leaders (KIP-460): ElectionType.PREFERRED moves leadership back to each
+        partition's first assigned replica, ElectionType.UNCLEAN gives a partition without a
+        leader any live replica. Per partition: None when elected, else its error (e.g.
+        ElectionNotNeededError, PreferredLeaderNotAvailableError,
+        EligibleLeadersNotAvailableError), which is returned, not raised. With partitions
+        None every partition is tried and those that needed no election are left out."""
+        topic_partitions = None if partitions is None else [
+            {"topic": topic, "partitions": parts}
+            for topic, parts in self._by_topic(partitions).items()]
+        body = {"election_type": int(election_type), "topic_partitions": topic_partitions,
+                "timeout": self._timeout_ms(timeout)}
+
+        def handle(response: Any, _node: int) -> dict[TopicPartition, KafkaError | None]:
+            _check(getattr(response, "error_code", ErrorCode.none), None, "electLeaders")
+            out: dict[TopicPartition, KafkaError | None] = {}
+            for topic in response.replica_election_results:
+                for p in topic.partition_result:
+                    tp = TopicPartition(topic.topic, p.partition_id)
+                    if p.error_code == ErrorCode.none:
+                        out[tp] = None
+                        continue
+                    code = ErrorCode(p.error_code)
+                    out[tp] = error_for(code, f"Partition {tp}: "
+                                              f"{p.error_message or code.name.upper()}")
+            return out
+
+        return await self._call("electLeaders", self._to_controller("electLeaders"),
+                                _ELECT_LEADERS, body, handle, timeout=timeout)
+
+    async def alter_partition_reassignments(
+            self, reassignments: Mapping[TopicPartition, Sequence[int] | None], *,
+            timeout: float | None = None) -> None:
+        """Move partitions to target replicas (KIP-455), or cancel a partition's ongoing
+        move with None. Returns once the controller has started (or cancelled) them: new
+        replicas then catch up, and each move completes when its target is in sync (see
+        list_partition_reassignments). Raises the first error, e.g.
+        InvalidReplicaAssignmentError or NoReassignmentInProgressError; the other partitions
+        of the call are changed all the same."""
+        if not reassignments:
+            return
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for tp, target in reassignments.items():
+            topics.setdefault(tp.topic, []).append(
+                {"partition_index": tp.partition,
+                 "replicas": None if target is None else list(target)})
+        body = {"timeout": self._timeout_ms(timeout),
+                "topics": [{"name": topic, "partitions": parts}
+                           for topic, parts in topics.items()]}
+
+        def handle(response: Any, _node: int) -> None:
+            _check(response.error_code, response.error_message,
+                   "alterPartitionReassignments")
+            for topic in response.responses:
+                for p in topic.partitions:
+                    _check(p.error_code, p.error_message,
+                           f"Partition {topic.name}-{p.partition_index}")
+
+        await self._call("alterPartitionReassignments",
+                         self._to_controller("alterPartitionReassignments"),
+                         _ALTER_PARTITION_REASSIGNMENTS, body, handle, timeout=timeout)
+
+    async def list_partition_reassignments(
+            self, partitions: Iterable[TopicPartition] | None = None, *,
+            timeout: float | None = None) -> dict[TopicPartition, PartitionReassignment]:
+        """The ongoing reassignments among `partitions` (None: in the whole cluster);
+        partitions not being reassigned, or unknown, are not in the result."""
+        topics = None if partitions is None else [
+            {"name": topic, "partition_indexes": parts}
+            for topic, parts in self._by_topic(partitions).items()]
+        body = {"timeout": self._timeout_ms(timeout), "topics": topics}
+
+        def handle(response: Any, _node: int) -> dict[TopicPartition, PartitionReassignment]:
+            _check(response.error_code, response.error_message, "listPartitionReassignments")
+            return {TopicPartition(topic.name, p.partition_index): PartitionReassignment(
+                tuple(p.replicas), tuple(p.adding_replicas), tuple(p.removing_replicas))
+                for topic in response.topics for p in topic.partitions}
+
+        return await self._call("listPartitionReassignments",
+                                self._to_controller("listPartitionReassignments"),
+                                _LIST_PARTITION_REASSIGNMENTS, body, handle, timeout=timeout)
 
     # -------------------------------------------------------------------------- configs
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from moldau.client.admin.client import AsyncAdmin
@@ -11,6 +11,7 @@ from moldau.client.admin.types import (
     ClusterDescription,
     ConfigEntry,
     ConfigResource,
+    ElectionType,
     GroupDescription,
     GroupListing,
     ListedOffset,
@@ -18,8 +19,10 @@ from moldau.client.admin.types import (
     NewPartitions,
     NewTopic,
     OffsetAndMetadata,
+    PartitionReassignment,
     TopicDescription,
 )
+from moldau.client.errors import KafkaError
 from moldau.client.loop_thread import LoopThread
 from moldau.client.types import TopicPartition
 
@@ -82,6 +85,26 @@ class Admin:
         self._thread.run(self._core.create_partitions(new_partitions,
                                                       validate_only=validate_only,
                                                       timeout=timeout))
+
+    # Replicas
+
+    def elect_leaders(self, election_type: ElectionType | int,
+                      partitions: Iterable[TopicPartition] | None = None, *,
+                      timeout: float | None = None) -> dict[TopicPartition, KafkaError | None]:
+        return self._thread.run(self._core.elect_leaders(election_type, partitions,
+                                                         timeout=timeout))
+
+    def alter_partition_reassignments(
+            self, reassignments: Mapping[TopicPartition, Sequence[int] | None], *,
+            timeout: float | None = None) -> None:
+        self._thread.run(self._core.alter_partition_reassignments(reassignments,
+                                                                  timeout=timeout))
+
+    def list_partition_reassignments(self, partitions: Iterable[TopicPartition] | None = None,
+                                     *, timeout: float | None = None
+                                     ) -> dict[TopicPartition, PartitionReassignment]:
+        return self._thread.run(self._core.list_partition_reassignments(partitions,
+                                                                        timeout=timeout))
 
     # Configs
 

@@ -196,3 +196,25 @@ class LogDirDescription:
     replicas: dict[TopicPartition, ReplicaInfo]
     total_bytes: int | None = None
     usable_bytes: int | None = None
+
+
+class ElectionType(IntEnum):
+    """What ElectLeaders elects: the preferred (first assigned) replica, or, for a partition
+    without a leader, any live replica even when it is not in sync (data may be lost)."""
+
+    PREFERRED = 0
+    UNCLEAN = 1
+
+
+@dataclass(frozen=True)
+class PartitionReassignment:
+    """An ongoing reassignment: the replica set while it runs (the target followed by the
+    replicas being removed) and the replicas being added and removed."""
+
+    replicas: tuple[int, ...]
+    adding_replicas: tuple[int, ...] = ()
+    removing_replicas: tuple[int, ...] = ()
+
+    @property
+    def target_replicas(self) -> tuple[int, ...]:
+        return tuple(r for r in self.replicas if r not in self.removing_replicas)
