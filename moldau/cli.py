@@ -31,6 +31,11 @@ def build_parser() -> argparse.ArgumentParser:
                         choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="log verbosity")
     broker.set_defaults(run=_broker)
 
+    # A local multi-node cluster of broker processes.
+    from moldau.cluster.cli import add_command as add_cluster_command
+
+    add_cluster_command(commands)
+
     # Client tools (topics, produce, perf), defined next to the client library.
     from moldau.client.cli import add_commands
 
