@@ -148,23 +148,29 @@ class MetadataQuorum:
         os.makedirs(self.directory, exist_ok=True)
         await asyncio.to_thread(migrate_legacy_log, self.directory)
         listener = self.config.controller_listener
+        peers = {node: address for node, address in self.voters.items()
+                 if node != self.node_id and address is not None}
         transport: Any
-        if listener is None:
-            transport = _NoPeers()
-        else:
-            peers = {node: address for node, address in self.voters.items()
-                     if node != self.node_id and address is not None}
+        if listener is not None or peers:
+            # A voter listens on its controller listener; a broker-only node (an observer)
+            # only fetches from the voters, who answer on its own connections.
             self.transport = transport = TcpTransport(
-                self.node_id, listener.host or "0.0.0.0", listener.port, peers=peers,
+                self.node_id, listener.host or "0.0.0.0" if listener else "127.0.0.1",
+                listener.port if listener else 0, peers=peers,
                 cluster_id=self.cluster_id, describe_quorum=self.describe,
                 request_timeout_ms=self.config["controller.quorum.request.timeout.ms"],
                 services=services)
+        else:
+            transport = _NoPeers()
         self.driver = RaftDriver(self.node_id, self.voters, self.directory,
                                  self.state_machine, transport,
                                  config=raft_config(self.config))
         await self.driver.start()
         if self.transport is not None:
-            await self.transport.start(self.driver.handle)
+            if listener is not None:
+                await self.transport.start(self.driver.handle)
+            else:
+                self.transport.handler = self.driver.handle
 
     async def close(self) -> None:
         if self.transport is not None:

@@ -21,6 +21,19 @@ votes, while the quorum-state write of that may still be in progress.
 
 Directory layout (as Kafka's `__cluster_metadata-0`): the `quorum-state` file, the log
 segment and the snapshot checkpoints, all in one directory.
+
+A driver whose `node_id` is not in `voters` runs an observer (a broker-only node, KIP-595):
+it replicates and applies the committed log like a voter but never votes or leads, and
+`propose` always raises NotLeaderError. Its transport only needs the voters' addresses: the
+observer finds the leader by fetching from voters, and the leader is always a voter.
+Leaders answer a fetch on the connection it came in on, so no node needs the observer's
+address.
+
+`lost_state=True` starts a voter whose directory was lost and recreated empty (a replaced
+disk) in probation: it neither votes nor stands until it has caught up with a leader (see
+node.py). A `lost-state` marker file in the directory keeps the probation across restarts
+until then. With static voters the driver cannot tell such a directory from a new node's, so
+whoever replaces a disk must say so.
 """
 
 from __future__ import annotations
@@ -36,6 +49,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from moldau.broker.log.checkpoint import atomic_write
 from moldau.broker.raft.actions import (
     Action,
     Actions,
@@ -55,11 +69,12 @@ from moldau.broker.raft.quorum_store import QUORUM_STATE_FILE, QuorumStateStore
 from moldau.broker.raft.state import LeaderState, QuorumState, RaftConfig, Role
 from moldau.broker.raft.wire import QuorumInfo, quorum_info
 
-__all__ = ["DriverClosed", "NotLeaderError", "ProposalFailed", "RaftDriver", "StateMachine",
-           "Transport"]
+__all__ = ["LOST_STATE_FILE", "DriverClosed", "NotLeaderError", "ProposalFailed", "RaftDriver",
+           "StateMachine", "Transport"]
 
 log = logging.getLogger("moldau.broker.raft")
 
+LOST_STATE_FILE = "lost-state"
 _APPLY_CHUNK = 1000
 _MAX_WAIT_S = 3600.0
 _CLOSE_TIMEOUT_S = 10.0
@@ -109,7 +124,7 @@ class RaftDriver:
                  state_machine: StateMachine, transport: Transport, *,
                  config: RaftConfig | None = None,
                  random: random_module.Random | None = None,
-                 io_in_thread: bool = True) -> None:
+                 io_in_thread: bool = True, lost_state: bool = False) -> None:
         self.node_id = node_id
         self.voters = tuple(sorted(voters))
         self.directory = directory
@@ -120,6 +135,8 @@ class RaftDriver:
         self._io_in_thread = io_in_thread
         self.log: DiskRaftLog | None = None
         self.store = QuorumStateStore(os.path.join(directory, QUORUM_STATE_FILE))
+        self._lost_state = lost_state
+        self._lost_state_path = os.path.join(directory, LOST_STATE_FILE)
         self._node: RaftNode | None = None
         self._inbox: collections.deque[tuple[Any, ...]] = collections.deque()
         self._wakeup = asyncio.Event()
@@ -131,8 +148,9 @@ class RaftDriver:
         self.failure: BaseException | None = None
         self._stopping = False  # no more inputs: closing, or the node failed
         self._closed = False
-        # DescribeQuorum bookkeeping, in the node's clock: when each voter last held all the
-        # leader had, and (time, leader end offset) at its previous fetch.
+        # DescribeQuorum bookkeeping, in the node's clock: when each replica (voter or
+        # observer) last held all the leader had, and (time, leader end offset) at its
+        # previous fetch.
         self._caught_up_ms: dict[int, int] = {}
         self._previous_fetch: dict[int, tuple[int, int]] = {}
         self._tracked_epoch = -1
@@ -157,10 +175,16 @@ class RaftDriver:
         if snapshot is not None:
             self.state_machine.load(snapshot.data)
         self._applied = self.log.log_start_offset
+        probation = self._lost_state or os.path.exists(self._lost_state_path)
+        if probation:
+            # Durable before the node can act, so that a crash does not end the probation.
+            await self._io(atomic_write, self._lost_state_path, b"")
+        self._lost_state = probation
         now = self.now_ms()
         self._wall_offset_ms = int(time.time() * 1000) - now
         self._node = RaftNode(self.node_id, self.voters, persisted or QuorumState(), self.log,
-                              self._random, config=self.config, now_ms=now)
+                              self._random, config=self.config, now_ms=now,
+                              lost_state=probation)
         self._task = asyncio.get_running_loop().create_task(self._run(),
                                                             name=f"raft-{self.node_id}")
 
@@ -224,7 +248,7 @@ class RaftDriver:
     # -- inputs -------------------------------------------------------------------------------
 
     def handle(self, message: Message) -> None:
-        """A message from another voter (called by the transport, on the event loop)."""
+        """A message from another node (called by the transport, on the event loop)."""
         if not self._stopping:
             self._inbox.append(("message", message))
             self._wakeup.set()
@@ -311,7 +335,7 @@ class RaftDriver:
                 future.set_result(None)
 
     def _track_fetch(self, request: FetchRequest, now: int, leader_end: int) -> None:
-        """Record when a voter was last caught up with the leader (for DescribeQuorum)."""
+        """Record when a replica was last caught up with the leader (for DescribeQuorum)."""
         st = self.node.state
         if not isinstance(st, LeaderState):
             return
@@ -319,18 +343,25 @@ class RaftDriver:
             self._tracked_epoch = st.epoch
             self._caught_up_ms.clear()
             self._previous_fetch.clear()
-        replica = st.replicas.get(request.replica_id)
+        replica_id = request.replica_id
+        replica = st.replicas.get(replica_id)
+        if replica is None:
+            replica = st.observers.get(replica_id)
         if replica is None or replica.end_offset != request.fetch_offset:
             return  # not a fetch position the leader validated
-        voter = request.replica_id
+        if len(self._previous_fetch) > len(st.replicas) + len(st.observers):
+            # Forget the observers the leader forgot (it drops those that stopped fetching).
+            for gone in set(self._previous_fetch) - set(st.replicas) - set(st.observers):
+                del self._previous_fetch[gone]
+                self._caught_up_ms.pop(gone, None)
         if replica.end_offset >= leader_end:
-            self._caught_up_ms[voter] = now
+            self._caught_up_ms[replica_id] = now
         else:
-            previous = self._previous_fetch.get(voter)
+            previous = self._previous_fetch.get(replica_id)
             if previous is not None and replica.end_offset >= previous[1]:
                 # It now holds what the leader held at its previous fetch.
-                self._caught_up_ms[voter] = previous[0]
-        self._previous_fetch[voter] = (now, leader_end)
+                self._caught_up_ms[replica_id] = previous[0]
+        self._previous_fetch[replica_id] = (now, leader_end)
 
     async def _io(self, function: Callable[..., Any], *args: Any) -> Any:
         if self._io_in_thread:
@@ -341,6 +372,11 @@ class RaftDriver:
         for action in actions:
             await self._apply(action)
         self._check_leadership()
+        if self._lost_state and not self.node.in_probation:
+            # Caught up (and flushed: a fetch only reports durable entries): the probation
+            # is over for good.
+            await self._io(os.remove, self._lost_state_path)
+            self._lost_state = False
 
     async def _apply(self, action: Action) -> None:
         disk = self.log

@@ -3,7 +3,7 @@
 A `RaftNode` is driven by four inputs, each taking the driver's current time:
 
 - `tick(now_ms)`: call it at (or after) `next_deadline_ms()`; timers fire here.
-- `handle(message, now_ms)`: a message from another voter.
+- `handle(message, now_ms)`: a message from another node.
 - `propose(records, now_ms)`: append records if this node leads. The leader fsyncs them in one
   batch `append_linger_ms` later; followers may fetch them before that, but the leader's own
   copy only counts towards the high watermark once fsynced.
@@ -17,16 +17,51 @@ Replication follows Kafka's pull model: followers Fetch from the leader, sending
 and last epoch; the leader answers with records, or with a diverging epoch to truncate to, or
 with a snapshot id when the follower is below the log start. The high watermark is the largest
 offset a majority of voters hold durably, counted only once it covers the leader's own
-LeaderChange entry, i.e. an entry of the current epoch.
+LeaderChange entry, i.e. an entry of the current epoch. That entry is Kafka's
+LeaderChangeMessage (`LeaderChange`): the leader, the voters and the voters that elected it.
+
+A node whose id is not among the voters is an observer (KIP-595): it fetches and applies the
+log like a follower but never votes (it refuses Vote requests), never stands, and is never
+counted for the high watermark or check-quorum. Without a leader it fetches from a random
+voter, which answers with the leader it knows (NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH
+with the leader's id and epoch) or, if it leads, with records; the observer then fetches from
+that leader, and goes back to asking random voters after a fetch timeout or when the leader
+says it gave the epoch up. BeginQuorumEpoch only tells an observer who leads. Leaders answer
+observers' fetches like voters' (diverging epochs, snapshots, long polls) and list them in
+DescribeQuorum.
+
+A voter that loses its directory (a replaced disk) and restarts empty forgets its votes and the
+entries it helped commit. With static voters (no KIP-853 directory ids) it looks exactly like a
+voter that has never run, and Raft's safety then rests on something false: with voters A, B, C,
+entries committed on A and B, and C never started, B restarting empty can vote for C, and C
+leads without the committed entries (or B votes twice in one epoch). No rule inside the
+protocol can tell the two cases apart without ruling out a brand new cluster, so whoever
+replaces a disk must say so: `lost_state=True` starts the voter in probation. In probation it
+refuses every vote, never stands, and looks for the leader like an observer; it leaves
+probation when a leader's answer shows it holds everything that leader has (every entry
+committed before that leader's epoch, by leader completeness). The driver keeps this flag on
+disk until then. What probation cannot cover: a restart from an empty directory without the
+flag; a vote the lost disk gave in an epoch newer than the leader it then catches up with (a
+candidacy still in flight can collect that vote twice); and catching up with a deposed leader
+that does not know it yet. Only persistent replica identities (KIP-853) close these.
 """
 
 from __future__ import annotations
 
+import functools
+import io
 import random as random_module
 import struct
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from kio.schema.leader_change_message.v0.data import LeaderChangeMessage as LeaderChangeMessageV0
+from kio.schema.leader_change_message.v0.data import Voter as VoterV0
+from kio.schema.leader_change_message.v1.data import LeaderChangeMessage as LeaderChangeMessageV1
+from kio.schema.types import BrokerId
+from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import i16, i32
 
 from moldau.broker.raft.actions import (
     Actions,
@@ -78,7 +113,8 @@ from moldau.broker.raft.state import (
     VotedState,
 )
 
-__all__ = ["NotLeader", "Proposal", "RaftInvariantError", "RaftNode", "decode_leader_change"]
+__all__ = ["LeaderChange", "NotLeader", "Proposal", "RaftInvariantError", "RaftNode",
+           "decode_leader_change"]
 
 _NEVER = 1 << 62
 
@@ -109,32 +145,86 @@ class Proposal:
     actions: Actions
 
 
-def _leader_change_payload(leader_id: int, voters: Iterable[int]) -> bytes:
-    ids = sorted(voters)
-    return struct.pack(f">ii{len(ids)}i", leader_id, len(ids), *ids)
+_LEADER_CHANGE_SCHEMAS: dict[int, Any] = {0: LeaderChangeMessageV0, 1: LeaderChangeMessageV1}
+# Kafka writes LeaderChangeMessage at version 0; version 1 (voter directory ids) is read too.
+_LEADER_CHANGE_VERSION = 0
+_INT16 = struct.Struct(">h")
+
+
+@functools.cache
+def _leader_change_writer() -> Any:
+    return entity_writer(LeaderChangeMessageV0)
+
+
+@functools.cache
+def _leader_change_reader(version: int) -> Any:
+    return entity_reader(_LEADER_CHANGE_SCHEMAS[version])
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderChange:
+    """The value of a LeaderChange control record (control type 2): Kafka's
+    LeaderChangeMessage, i.e. the new leader, the voters of its epoch and those that elected it.
+    """
+
+    leader_id: int
+    voters: tuple[int, ...]
+    granting_voters: tuple[int, ...]
+
+    def encode(self) -> bytes:
+        message = LeaderChangeMessageV0(
+            version=i16(_LEADER_CHANGE_VERSION), leader_id=BrokerId(i32(self.leader_id)),
+            voters=tuple(VoterV0(voter_id=i32(v)) for v in self.voters),
+            granting_voters=tuple(VoterV0(voter_id=i32(v)) for v in self.granting_voters))
+        out = io.BytesIO()
+        _leader_change_writer()(out, message)
+        return out.getvalue()
+
+    @classmethod
+    def decode(cls, payload: bytes) -> LeaderChange:
+        """Raises ValueError when `payload` is not a LeaderChangeMessage this module reads."""
+        if len(payload) < _INT16.size:
+            raise ValueError("LeaderChangeMessage too short")
+        (version,) = _INT16.unpack_from(payload)
+        if version not in _LEADER_CHANGE_SCHEMAS:
+            raise ValueError(f"LeaderChangeMessage version {version} is not supported")
+        try:
+            message, size = _leader_change_reader(version)(payload, 0)
+        except Exception as exc:  # kio raises several types for truncated or bad input
+            raise ValueError(f"malformed LeaderChangeMessage: {exc}") from exc
+        if size != len(payload):
+            raise ValueError(f"{len(payload) - size} bytes after the LeaderChangeMessage")
+        return cls(int(message.leader_id), tuple(int(v.voter_id) for v in message.voters),
+                   tuple(int(v.voter_id) for v in message.granting_voters))
 
 
 def decode_leader_change(payload: bytes) -> tuple[int, tuple[int, ...]]:
     """(leader id, voters) of a LeaderChange control entry."""
-    leader_id, count = struct.unpack_from(">ii", payload)
-    return leader_id, struct.unpack_from(f">{count}i", payload, 8)
+    change = LeaderChange.decode(payload)
+    return change.leader_id, change.voters
 
 
 class RaftNode:
     def __init__(self, node_id: int, voters: Iterable[int], persisted_state: QuorumState,
                  log_view: LogView, random: random_module.Random, *,
-                 config: RaftConfig | None = None, now_ms: int = 0) -> None:
+                 config: RaftConfig | None = None, now_ms: int = 0,
+                 lost_state: bool = False) -> None:
         self.node_id = node_id
         self.voters = frozenset(voters)
-        if node_id not in self.voters:
-            raise ValueError(f"node {node_id} is not one of the voters {sorted(self.voters)}")
+        if not self.voters:
+            raise ValueError("a quorum needs at least one voter")
+        # A node outside the voters is an observer: it replicates the log, never votes.
+        self.is_observer = node_id not in self.voters
+        # A voter whose directory was lost (see the module docstring) acts as an observer
+        # until it has caught up with a leader: it may have forgotten a vote or committed data.
+        self._probation = lost_state and not self.is_observer
         self.config = config or RaftConfig()
         if self.config.request_timeout_ms <= self.config.fetch_max_wait_ms:
             raise ValueError("request_timeout_ms must exceed fetch_max_wait_ms")
         self.log = log_view
         self.random = random
         self._majority = len(self.voters) // 2 + 1
-        self._others = tuple(sorted(self.voters - {node_id}))
+        self._others = tuple(sorted(self.voters - {node_id}))  # every voter, for an observer
         self._persisted = persisted_state
         # The snapshot is committed; the high watermark above it is learned again after a start.
         self._commit = log_view.log_start_offset
@@ -162,7 +252,14 @@ class RaftNode:
             # replaced; never act in an epoch older than the log's.
             self._persisted = QuorumState(self.log.last_epoch)
             self._pending.append(PersistState(self._persisted))
-            return UnattachedState(self.log.last_epoch, self._election_deadline(now))
+            return self._unattached_state(self.log.last_epoch, now)
+        if self._passive:
+            # A vote or leadership in the file dates from when this node was a voter; as an
+            # observer it only follows a leader other than itself, or looks for one.
+            if persisted.leader_id is not None and persisted.leader_id != self.node_id:
+                deadline = now + self.config.fetch_timeout_ms
+                return FollowerState(epoch, persisted.leader_id, deadline, now)
+            return self._unattached_state(epoch, now)
         if persisted.leader_id == self.node_id:
             # A leader's replica bookkeeping died with the process: give the epoch up.
             return ResignedState(epoch, self._election_deadline(now), now, ())
@@ -180,6 +277,16 @@ class RaftNode:
     @property
     def role(self) -> Role:
         return self._state.role
+
+    @property
+    def in_probation(self) -> bool:
+        """A voter started with `lost_state` that has not yet caught up with a leader."""
+        return self._probation
+
+    @property
+    def _passive(self) -> bool:
+        """Never stands for election; finds the leader by fetching from voters."""
+        return self.is_observer or self._probation
 
     @property
     def epoch(self) -> int:
@@ -219,7 +326,11 @@ class RaftNode:
         return deadline
 
     def _role_deadline(self, st: State) -> int:
-        if isinstance(st, (UnattachedState, VotedState)):
+        if isinstance(st, UnattachedState):
+            if st.bootstrap_fetch_at is not None:
+                return min(st.election_deadline, st.bootstrap_fetch_at)
+            return st.election_deadline
+        if isinstance(st, VotedState):
             return st.election_deadline
         if isinstance(st, FollowerState):
             return min(st.fetch_deadline, st.next_fetch_at)
@@ -251,9 +362,17 @@ class RaftNode:
         if isinstance(st, (UnattachedState, VotedState)):
             if now_ms >= st.election_deadline:
                 self._become_candidate(now_ms, actions)
+            elif (isinstance(st, UnattachedState) and st.bootstrap_fetch_at is not None
+                  and now_ms >= st.bootstrap_fetch_at):
+                self._send_bootstrap_fetch(st, now_ms, actions)
         elif isinstance(st, FollowerState):
             if now_ms >= st.fetch_deadline:
-                self._become_candidate(now_ms, actions)
+                if self._passive:
+                    # KIP-595: an observer that lost touch with its leader asks the voters
+                    # again; it never stands.
+                    self._lose_leader(st, now_ms, actions)
+                else:
+                    self._become_candidate(now_ms, actions)
             elif now_ms >= st.next_fetch_at:
                 self._send_fetch(st, now_ms, actions)
         elif isinstance(st, CandidateState):
@@ -298,7 +417,14 @@ class RaftNode:
 
     # -- timers ---------------------------------------------------------------------------------
 
+    def _unattached_state(self, epoch: int, now: int) -> UnattachedState:
+        if self._passive:
+            return UnattachedState(epoch, _NEVER, bootstrap_fetch_at=now)
+        return UnattachedState(epoch, self._election_deadline(now))
+
     def _election_deadline(self, now: int) -> int:
+        if len(self.voters) == 1 and self.node_id in self.voters:
+            return now  # nobody to wait for: a lone voter elects itself at once
         timeout = self.config.election_timeout_ms
         return now + timeout + (self.random.randrange(timeout) if timeout > 0 else 0)
 
@@ -319,7 +445,7 @@ class RaftNode:
 
     def _tick_candidate(self, st: CandidateState, now: int, actions: Actions) -> None:
         if len(st.granted) >= self._majority:
-            self._become_leader(now, actions)
+            self._become_leader(st, now, actions)
         elif st.backoff_until is not None:
             if now >= st.backoff_until:
                 self._become_candidate(now, actions)
@@ -350,6 +476,11 @@ class RaftNode:
                         src=self.node_id, dst=voter, leader_id=self.node_id,
                         leader_epoch=st.epoch)))
             st.begin_epoch_at = now + interval
+            timeout = self.config.observer_session_timeout_ms
+            for observer_id, observer in list(st.observers.items()):
+                last = observer.last_fetch_ms
+                if (last is None or now - last >= timeout) and observer_id not in st.parked:
+                    del st.observers[observer_id]
 
     def _begin_epoch_interval(self) -> int:
         return min(self.config.request_timeout_ms, self.config.fetch_timeout_ms // 2)
@@ -374,9 +505,14 @@ class RaftNode:
     def _become_unattached(self, epoch: int, now: int, actions: Actions) -> None:
         self._leave_leadership(actions)
         prev = self._state
-        if isinstance(prev, (UnattachedState, VotedState)):
+        if self._passive:
+            self._state = self._unattached_state(epoch, now)
+            self._persist(QuorumState(epoch), actions)
+            return
+        if isinstance(prev, (UnattachedState, VotedState)) and prev.election_deadline < _NEVER:
             # Keep the running election timer: otherwise a lagging voter that stands again and
             # again (and is always rejected) would keep postponing everyone else's election.
+            # (A probation that just ended left no timer running.)
             deadline = prev.election_deadline
         elif isinstance(prev, CandidateState):
             deadline = prev.backoff_until or prev.election_deadline
@@ -398,7 +534,17 @@ class RaftNode:
         self._persist(QuorumState(epoch, voted, leader_id), actions)
         self._send_fetch(st, now, actions)
 
+    def _lose_leader(self, st: FollowerState, now: int, actions: Actions) -> None:
+        """An observer stops following: ask random voters who leads (KIP-595's bootstrap)."""
+        unattached = UnattachedState(st.epoch, _NEVER, bootstrap_fetch_at=now)
+        self._state = unattached
+        self._persist(QuorumState(st.epoch), actions)
+        self._send_bootstrap_fetch(unattached, now, actions)
+
     def _become_candidate(self, now: int, actions: Actions) -> None:
+        if self._passive:
+            raise RaftInvariantError(f"node {self.node_id} cannot stand for election (an "
+                                     f"observer, or a voter in probation)")
         prev = self._state
         retries = prev.retries + 1 if isinstance(prev, CandidateState) else 1
         epoch = self.epoch + 1
@@ -406,11 +552,11 @@ class RaftNode:
         self._state = st
         self._persist(QuorumState(epoch, voted_for=self.node_id), actions)
         if len(st.granted) >= self._majority:
-            self._become_leader(now, actions)
+            self._become_leader(st, now, actions)
         else:
             self._send_vote_requests(st, now, actions)
 
-    def _become_leader(self, now: int, actions: Actions) -> None:
+    def _become_leader(self, candidate: CandidateState, now: int, actions: Actions) -> None:
         epoch = self.epoch
         start = self.log.end_offset
         st = LeaderState(
@@ -422,7 +568,9 @@ class RaftNode:
         self._persist(QuorumState(epoch, voted_for=self.node_id, leader_id=self.node_id), actions)
         # An entry of the new epoch, so the high watermark can move without waiting for a
         # proposal (entries of older epochs are only committed underneath it).
-        change = LogEntry(start, epoch, _leader_change_payload(self.node_id, self.voters), True)
+        record = LeaderChange(self.node_id, tuple(sorted(self.voters)),
+                              tuple(sorted(candidate.granted)))
+        change = LogEntry(start, epoch, record.encode(), True)
         actions.append(AppendToLog((change,)))
         actions.append(FlushLog(start + 1))
         self._flushed_end = start + 1
@@ -459,6 +607,8 @@ class RaftNode:
                 raise RaftInvariantError(
                     f"node {self.node_id} leads epoch {epoch} but {leader_id} claims it too")
         elif leader_id == self.node_id:
+            if self._probation:
+                return  # we led this epoch before our disk was lost; it is over
             raise RaftInvariantError(f"node {self.node_id} is said to lead epoch {epoch}")
         else:
             self._become_follower(epoch, leader_id, now, actions)
@@ -467,7 +617,11 @@ class RaftNode:
         """Common handling of a response's epoch; True if it belongs to our current epoch."""
         leader = leader_id if leader_id != NO_LEADER else None
         if epoch > self.epoch:
-            self._transition_to_newer_epoch(epoch, leader, now, actions)
+            # An observer only moves to an epoch with a known leader: a leaderless one may be
+            # a candidacy that never reaches the voters (its candidate lost its disk, say),
+            # and no voter would ever answer a fetch in it.
+            if not (self.is_observer and leader is None):
+                self._transition_to_newer_epoch(epoch, leader, now, actions)
             return False
         if epoch < self.epoch:
             return False
@@ -490,6 +644,12 @@ class RaftNode:
         return (last_epoch, end_offset) >= (self.log.last_epoch, self.log.end_offset)
 
     def _can_grant_vote(self, request: VoteRequest) -> bool:
+        if self._probation:
+            return False  # our log may lack entries we once helped commit
+        persisted = self._persisted
+        if persisted.epoch == self.epoch and persisted.voted_for not in (None,
+                                                                        request.candidate_id):
+            return False  # never a second vote in one epoch, whatever the role says
         st = self._state
         if isinstance(st, UnattachedState):
             return self._candidate_log_ok(request.last_offset_epoch, request.last_offset)
@@ -503,7 +663,10 @@ class RaftNode:
                 src=self.node_id, dst=req.src, error=error, leader_id=self._known_leader(),
                 leader_epoch=self.epoch, vote_granted=granted)))
 
-        if req.candidate_id not in self.voters or req.candidate_id != req.src:
+        if (self.is_observer or req.candidate_id not in self.voters
+                or req.candidate_id != req.src):
+            # Only voters vote, and only for voters. An observer does not even take the epoch
+            # from a candidate: that would stall its fetches until the candidate wins.
             reply(INCONSISTENT_VOTER_SET)
             return
         if req.candidate_epoch < self.epoch:
@@ -537,7 +700,7 @@ class RaftNode:
         elif resp.src not in st.granted:
             st.rejected.add(resp.src)
         if len(st.granted) >= self._majority:
-            self._become_leader(now, actions)
+            self._become_leader(st, now, actions)
         elif len(self.voters) - len(st.rejected) < self._majority and st.backoff_until is None:
             st.backoff_until = now + self._election_backoff(st.retries)
 
@@ -546,6 +709,10 @@ class RaftNode:
     def _on_begin_quorum_epoch_request(self, req: BeginQuorumEpochRequest, now: int,
                                        actions: Actions) -> None:
         error = self._check_leader_claim(req.leader_id, req.src, req.leader_epoch, now, actions)
+        if error == NONE and self.is_observer:
+            # Leaders only announce themselves to voters; an observer learns the leader from
+            # it but does not acknowledge as a voter would.
+            error = INCONSISTENT_VOTER_SET
         actions.append(Send(BeginQuorumEpochResponse(
             src=self.node_id, dst=req.src, error=error, leader_id=self._known_leader(),
             leader_epoch=self.epoch)))
@@ -580,9 +747,12 @@ class RaftNode:
         error = self._check_leader_claim(req.leader_id, req.src, req.leader_epoch, now, actions)
         st = self._state
         if error == NONE and isinstance(st, FollowerState) and st.leader_id == req.leader_id:
-            # The first preferred successor stands at once, the others a little later.
+            # The first preferred successor stands at once, the others a little later (an
+            # observer, never a successor, asks the voters who leads then).
             backoff = self._successor_backoff(req.preferred_successors)
             st.fetch_deadline = min(st.fetch_deadline, now + backoff)
+        if error == NONE and self.is_observer:
+            error = INCONSISTENT_VOTER_SET  # as for BeginQuorumEpoch
         actions.append(Send(EndQuorumEpochResponse(
             src=self.node_id, dst=req.src, error=error, leader_id=self._known_leader(),
             leader_epoch=self.epoch)))
@@ -622,6 +792,22 @@ class RaftNode:
         if end.epoch != epoch or end.offset < offset:
             return _DIVERGING, end
         return _VALID, None
+
+    def _fetcher(self, st: LeaderState, replica_id: int, now: int) -> ReplicaState | None:
+        """The leader's record of a fetching replica (an observer's is made on first sight)."""
+        replica = st.replicas.get(replica_id)
+        if replica is not None or replica_id in self.voters or replica_id < 0:
+            return replica  # None for ourselves, or a fetch that names no replica
+        observer = st.observers.get(replica_id)
+        if observer is None:
+            observer = st.observers[replica_id] = ReplicaState()
+        observer.last_fetch_ms = now
+        return observer
+
+    @staticmethod
+    def _replica_state(st: LeaderState, replica_id: int) -> ReplicaState | None:
+        replica = st.replicas.get(replica_id)
+        return replica if replica is not None else st.observers.get(replica_id)
 
     def _heard_from(self, st: LeaderState, voter: int, replica: ReplicaState, now: int) -> None:
         replica.last_fetch_ms = now
@@ -664,14 +850,17 @@ class RaftNode:
                 fetch_offset=req.fetch_offset, last_fetched_epoch=req.last_fetched_epoch)))
             return
         outcome, _ = self._validate_fetch(req.fetch_offset, req.last_fetched_epoch)
-        replica = st.replicas.get(req.replica_id)
+        replica = self._fetcher(st, req.replica_id, now)
+        voter = req.replica_id in st.replicas
         if replica is not None:
-            self._heard_from(st, req.replica_id, replica, now)
+            if voter:
+                self._heard_from(st, req.replica_id, replica, now)
             if outcome == _VALID:
                 # The follower holds (durably: it flushes before fetching) our entries below
-                # its fetch offset.
+                # its fetch offset. Only voters count towards the high watermark.
                 replica.end_offset = req.fetch_offset
-                self._maybe_advance_high_watermark(st, now, actions)
+                if voter:
+                    self._maybe_advance_high_watermark(st, now, actions)
         st.parked.pop(req.replica_id, None)  # a newer fetch replaces a held one
         if (replica is not None and outcome == _VALID and req.max_wait_ms > 0
                 and req.fetch_offset == self.log.end_offset
@@ -687,7 +876,7 @@ class RaftNode:
         records: tuple[LogEntry, ...] = ()
         if outcome == _VALID:
             records = self.log.read(req.fetch_offset, self.config.fetch_max_entries)
-            replica = st.replicas.get(req.replica_id)
+            replica = self._replica_state(st, req.replica_id)
             if replica is not None:
                 replica.last_hw_sent = self._commit
         return FetchResponse(
@@ -698,8 +887,8 @@ class RaftNode:
             fetch_offset=req.fetch_offset, last_fetched_epoch=req.last_fetched_epoch)
 
     def _parked_has_news(self, st: LeaderState, replica_id: int, parked: ParkedFetch) -> bool:
-        replica = st.replicas[replica_id]
-        return (self.log.end_offset > parked.request.fetch_offset
+        replica = self._replica_state(st, replica_id)
+        return (replica is None or self.log.end_offset > parked.request.fetch_offset
                 or self._commit > replica.last_hw_sent)
 
     def _complete_parked(self, st: LeaderState, now: int, actions: Actions) -> None:
@@ -721,8 +910,8 @@ class RaftNode:
         if error is not None or not isinstance(st, LeaderState):
             reply(error or NOT_LEADER_OR_FOLLOWER)
             return
-        replica = st.replicas.get(req.replica_id)
-        if replica is not None:
+        replica = self._fetcher(st, req.replica_id, now)
+        if replica is not None and req.replica_id in st.replicas:
             self._heard_from(st, req.replica_id, replica, now)
         snapshot = self.log.latest_snapshot
         if snapshot is None or snapshot.snapshot_id != req.snapshot_id:
@@ -752,15 +941,34 @@ class RaftNode:
             max_wait_ms=self.config.fetch_max_wait_ms)))
         st.next_fetch_at = now + self.config.request_timeout_ms  # resend if unanswered
 
+    def _send_bootstrap_fetch(self, st: UnattachedState, now: int, actions: Actions) -> None:
+        """An observer without a leader fetches from a random voter: the answer names the
+        leader (an error with its id and epoch, or records if the voter leads)."""
+        actions.append(Send(FetchRequest(
+            src=self.node_id, dst=self.random.choice(self._others), replica_id=self.node_id,
+            current_leader_epoch=st.epoch, fetch_offset=self.log.end_offset,
+            last_fetched_epoch=self.log.last_epoch, max_wait_ms=0)))
+        st.bootstrap_fetch_at = now + self.config.request_timeout_ms  # resend if unanswered
+
     def _advance_commit(self, offset: int, actions: Actions) -> None:
         if offset > self._commit:
             self._commit = offset
             actions.append(CommitUpTo(offset))
 
     def _on_fetch_response(self, resp: FetchResponse, now: int, actions: Actions) -> None:
-        if not self._accept_response(resp.leader_epoch, resp.leader_id, now, actions):
-            return
+        before = self._state
+        accepted = self._accept_response(resp.leader_epoch, resp.leader_id, now, actions)
         st = self._state
+        if st is not before:
+            return  # this answer named the leader, and a Fetch to it is on its way
+        if isinstance(st, UnattachedState) and st.bootstrap_fetch_at is not None:
+            # The voter we asked cannot name a leader we can follow (it knows none, or it is
+            # behind us): ask another one soon.
+            st.bootstrap_fetch_at = min(st.bootstrap_fetch_at,
+                                        now + self.config.retry_backoff_ms)
+            return
+        if not accepted:
+            return
         if (not isinstance(st, FollowerState) or resp.src != st.leader_id
                 or st.download is not None):
             return
@@ -769,7 +977,10 @@ class RaftNode:
             return  # answers a fetch from before our log last changed
         if resp.error == NOT_LEADER_OR_FOLLOWER:
             # Our leader gave this epoch up (it resigned, or restarted and cannot resume it):
-            # stop fetching and stand after the backoff, as if told by EndQuorumEpoch.
+            # stop fetching and stand after the backoff, as if told by EndQuorumEpoch (an
+            # observer asks the voters who leads instead). A late answer to a Fetch sent
+            # before the leader was elected looks the same, so a successful answer from it in
+            # the meantime resets the deadline.
             st.fetch_deadline = min(st.fetch_deadline, now + self._successor_backoff(()))
             st.next_fetch_at = st.fetch_deadline
             return
@@ -785,6 +996,10 @@ class RaftNode:
             self._send_fetch_snapshot(st, now, actions)
             return
         end, last_epoch = log.end_offset, log.last_epoch
+        if self._probation and not resp.records:
+            # We hold everything the leader of this epoch has, so every committed entry:
+            # votes based on our log are sound again.
+            self._probation = False
         if resp.records:
             if resp.records[0].offset != end:
                 raise RaftInvariantError(

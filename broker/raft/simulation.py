@@ -6,11 +6,21 @@ a node's actions) that lose whatever was not fsynced, restarts, graceful resigna
 proposals. Runs alternate chaos phases with calm ones (network healed, every node up); a calm
 phase must elect a leader and commit a probe proposal on every node within LIVENESS_MS.
 
+Besides the voters, each run has one or two observers (nodes outside the voters, drawn from the
+seed unless --observers says), which crash, get partitioned and propose like the voters.
+
 Checked on every step: election safety, log matching, leader completeness, state-machine safety,
 one vote per node and epoch, and that nothing leaves a node before the state it depends on is
-persisted.
+persisted; every LeaderChange entry names a voter, the voters and a majority of them that
+elected it. Observers never vote, stand or lead, send nothing but fetches and answers, and never
+apply an offset before a voter committed it (their applied prefix is the voters'); a calm phase
+also waits for every observer to apply its probe, so observers catch up once partitions heal.
+The "lost-disk" profile also wipes a voter's log and quorum state now and then and restarts it
+in probation (node.py's lost_state); the vote record keeps its old votes for other candidates,
+so a forgotten vote used twice is caught.
 
-    python -m moldau.broker.raft.simulation --seed N [--nodes 3] [--steps S] -v
+    python -m moldau.broker.raft.simulation --seed N [--nodes 3] [--observers K] [--steps S] -v
+    python -m moldau.broker.raft.simulation --seeds 1000 --profile lost-disk
     python -m moldau.broker.raft.simulation --seeds 1000 [--start 0] [--nodes 5]
     python -m moldau.broker.raft.simulation --soak --seeds 100000 [--jobs 2]
 """
@@ -44,18 +54,32 @@ from moldau.broker.raft.actions import (
     TruncateLog,
 )
 from moldau.broker.raft.log import LogEntry, RaftLog, Snapshot
-from moldau.broker.raft.messages import Message, VoteResponse
-from moldau.broker.raft.node import NotLeader, RaftNode
+from moldau.broker.raft.messages import (
+    BeginQuorumEpochResponse,
+    EndQuorumEpochResponse,
+    FetchRequest,
+    FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
+    Message,
+    VoteResponse,
+)
+from moldau.broker.raft.node import LeaderChange, NotLeader, RaftNode
 from moldau.broker.raft.state import QuorumState, RaftConfig, Role
 
 LIVENESS_MS = 30_000  # a calm phase must commit a probe on every node within this much time
 DEFAULT_STEPS = 2000
 # "mixed" draws fault rates and batch sizes from each seed; "churn" fetches one entry at a time
 # and often crashes leaders just after their election, the ground for committing an entry of an
-# older epoch too early (Raft's "figure 8").
-PROFILES = ("mixed", "churn")
+# older epoch too early (Raft's "figure 8"); "lost-disk" is "mixed" where a voter also loses its
+# whole directory now and then (one at a time) and restarts in probation (lost_state).
+PROFILES = ("mixed", "churn", "lost-disk")
 
 NodeFactory = Callable[..., RaftNode]
+
+# What an observer may send: fetches, and answers (a vote refused) to whatever reached it.
+_OBSERVER_MESSAGES = (FetchRequest, FetchSnapshotRequest, VoteResponse, BeginQuorumEpochResponse,
+                      EndQuorumEpochResponse, FetchResponse, FetchSnapshotResponse)
 
 
 class Violation(Exception):
@@ -125,6 +149,7 @@ class StateMachine:
 @dataclass
 class SimNode:
     node_id: int
+    observer: bool = False
     log: DurableLog = field(default_factory=DurableLog)
     quorum: QuorumState = field(default_factory=QuorumState)  # what survives a crash
     raft: RaftNode | None = None
@@ -133,6 +158,7 @@ class SimNode:
     tick_token: int = 0
     tick_at: int | None = None
     checked_leader_epochs: set[int] = field(default_factory=set)
+    lost_state: bool = False  # lost its directory; kept (like the driver's marker) until caught up
 
     @property
     def alive(self) -> bool:
@@ -145,6 +171,7 @@ class SimResult:
     nodes: int
     steps_budget: int
     profile: str = "mixed"
+    observers: int = 0
     steps: int = 0
     virtual_ms: int = 0
     violation: str | None = None
@@ -154,6 +181,7 @@ class SimResult:
     committed: int = 0
     crashes: int = 0
     snapshots_installed: int = 0
+    disks_lost: int = 0
     calm_phases: int = 0
     slowest_calm_ms: int = 0  # longest time a calm phase took to commit its probe everywhere
 
@@ -164,20 +192,23 @@ class SimResult:
     def reproduce(self) -> str:
         profile = f" --profile {self.profile}" if self.profile != "mixed" else ""
         return (f".venv/bin/python -m moldau.broker.raft.simulation --seed {self.seed} "
-                f"--nodes {self.nodes} --steps {self.steps_budget}{profile} -v")
+                f"--nodes {self.nodes} --observers {self.observers} "
+                f"--steps {self.steps_budget}{profile} -v")
 
     def report(self) -> str:
         if self.ok:
             return (f"seed {self.seed}: ok, {self.steps} steps, {self.virtual_ms} ms, "
                     f"{self.leaders} leaders, {self.committed} committed")
-        return (f"seed {self.seed} ({self.nodes} nodes) violated at step {self.violation_step}: "
+        return (f"seed {self.seed} ({self.nodes} nodes, {self.observers} observers) violated "
+                f"at step {self.violation_step}: "
                 f"{self.violation}\n  reproduce: {self.reproduce()}")
 
 
 class Checker:
     """Global history shared by all nodes, against which every step is checked."""
 
-    def __init__(self) -> None:
+    def __init__(self, voters: Sequence[int]) -> None:
+        self.voters = tuple(sorted(voters))
         self.leaders: dict[int, int] = {}  # epoch -> the node that led it
         # (offset, epoch) -> (payload, epoch of the entry before it): log matching, by induction
         # over offsets, from checking each entry against its predecessor when it is appended.
@@ -201,7 +232,22 @@ class Checker:
                     f"log matching: node {node.node_id} appends {show(entry)} at offset "
                     f"{entry.offset} after epoch {previous}; elsewhere that offset and epoch hold "
                     f"{known[0]!r} after epoch {known[1]}")
+            if entry.control and known is None:
+                self.check_leader_change(entry)
             previous = entry.epoch
+
+    def check_leader_change(self, entry: LogEntry) -> None:
+        try:
+            change = LeaderChange.decode(entry.payload)
+        except ValueError as exc:
+            raise Violation(f"control entry {entry.offset}:{entry.epoch} is not a "
+                            f"LeaderChangeMessage: {exc}") from exc
+        granting = set(change.granting_voters)
+        if (change.leader_id not in self.voters or change.voters != self.voters
+                or change.leader_id not in granting or not granting <= set(self.voters)
+                or len(granting) <= len(self.voters) // 2):
+            raise Violation(f"LeaderChange at {entry.offset}:{entry.epoch} is {change}; the "
+                            f"voters are {self.voters}")
 
     def on_apply(self, node: SimNode, entry: LogEntry, sm: StateMachine, epoch: int) -> bool:
         """Check an entry a node applies in `epoch`; True if nobody had applied it before."""
@@ -296,10 +342,12 @@ _CALM = "calm"
 class Simulation:
     def __init__(self, seed: int, nodes: int = 3, steps: int = DEFAULT_STEPS, *,
                  verbose: bool = False, node_factory: NodeFactory = RaftNode,
-                 profile: str = "mixed", out: TextIO | None = None) -> None:
+                 profile: str = "mixed", out: TextIO | None = None,
+                 observers: int | None = None) -> None:
         if profile not in PROFILES:
             raise ValueError(f"unknown profile {profile!r}")
         churn = profile == "churn"
+        self.profile = profile
         self.seed = seed
         self.rng = random.Random(seed)
         self.budget = steps
@@ -325,9 +373,13 @@ class Simulation:
         # counted entries of older epochs would lose committed data.
         self.new_leader_crash = 0.05 if churn else rng.choice([0.0, 0.1, 0.3])
         self.new_leader_isolation = 0.9 if churn else rng.choice([0.0, 0.0, 0.2])
+        drawn_observers = rng.choice([1, 2])  # drawn even when given, to keep the schedule
+        observer_count = drawn_observers if observers is None else observers
         self.voters = tuple(range(1, nodes + 1))
+        self.observers = tuple(range(nodes + 1, nodes + 1 + observer_count))
         self.nodes = {i: SimNode(i) for i in self.voters}
-        self.checker = Checker()
+        self.nodes.update({i: SimNode(i, observer=True) for i in self.observers})
+        self.checker = Checker(self.voters)
         self.queue: list[tuple[int, int, tuple[Any, ...]]] = []
         self._seq = 0
         self.now = 0
@@ -345,7 +397,7 @@ class Simulation:
         self.probe: tuple[int, bytes, int] | None = None  # (offset, payload, proposed at)
         self.done = False
         self.values = 0
-        self.result = SimResult(seed, nodes, steps, profile)
+        self.result = SimResult(seed, nodes, steps, profile, observer_count)
 
     # -- plumbing ---------------------------------------------------------------------------------
 
@@ -433,9 +485,11 @@ class Simulation:
             raise Violation(f"node {node.node_id}'s snapshot does not match its log start")
         node.incarnation += 1
         node.tick_at = None
+        kwargs = {"lost_state": True} if node.lost_state else {}
         node.raft = self.node_factory(
             node.node_id, self.voters, node.quorum, node.log,
-            random.Random(self.rng.getrandbits(64)), config=self.config, now_ms=self.now)
+            random.Random(self.rng.getrandbits(64)), config=self.config, now_ms=self.now,
+            **kwargs)
         if self.verbose:
             self._trace(f"n{node.node_id} starts as {node.raft.role.value} in epoch "
                         f"{node.raft.epoch}, log [{node.log.log_start_offset}, "
@@ -455,9 +509,28 @@ class Simulation:
             self._push(self.now + self.rng.randint(50, 3000),
                        ("restart", node.node_id, node.incarnation))
 
+    def _lose_disk(self, node: SimNode) -> None:
+        if node.alive:
+            self._crash(node)
+        else:
+            self._push(self.now + self.rng.randint(50, 3000),
+                       ("restart", node.node_id, node.incarnation))
+        node.log = DurableLog()
+        node.quorum = QuorumState()
+        node.lost_state = True
+        # Its own candidacies died with the disk (only its quorum state could resume one), so
+        # voting again in those epochs cannot make two leaders; a vote it gave another
+        # candidate is still on record.
+        votes = self.checker.votes
+        for key in [k for k, candidate in votes.items() if k[0] == candidate == node.node_id]:
+            del votes[key]
+        self.result.disks_lost += 1
+        if self.verbose:
+            self._trace(f"n{node.node_id} LOSES ITS DISK")
+
     def _on_isolate(self, node_id: int, phase_id: int) -> None:
         if phase_id == self.phase_id and self.phase == _CHAOS:
-            self.groups = {n: int(n == node_id) for n in self.voters}
+            self.groups = {n: int(n == node_id) for n in self.nodes}
             if self.verbose:
                 self._trace(f"partition [{node_id}] | the rest")
 
@@ -475,6 +548,12 @@ class Simulation:
         raft = node.raft
         if raft is None:
             return
+        if node.lost_state and not raft.in_probation:
+            node.lost_state = False
+        if (node.observer or raft.in_probation) and raft.role not in (Role.UNATTACHED,
+                                                                     Role.FOLLOWER):
+            who = "observer" if node.observer else "voter in probation"
+            raise Violation(f"{who} {node.node_id} is {raft.role.value} in epoch {raft.epoch}")
         if raft.role is Role.LEADER:
             epoch = raft.epoch
             leader = self.checker.leaders.setdefault(epoch, node.node_id)
@@ -548,6 +627,9 @@ class Simulation:
             if state.epoch < node.quorum.epoch:
                 raise Violation(f"node {node.node_id} persists epoch {state.epoch} after "
                                 f"{node.quorum.epoch}")
+            if node.observer and (state.voted_for is not None
+                                  or state.leader_id == node.node_id):
+                raise Violation(f"observer {node.node_id} persists {state}")
             if state.voted_for is not None:
                 key = (node.node_id, state.epoch)
                 earlier = self.checker.votes.setdefault(key, state.voted_for)
@@ -598,6 +680,9 @@ class Simulation:
             raise Violation(f"unknown action {action!r}")
 
     def _check_send(self, node: SimNode, message: Message) -> None:
+        if node.observer and (not isinstance(message, _OBSERVER_MESSAGES) or (
+                isinstance(message, VoteResponse) and message.vote_granted)):
+            raise Violation(f"observer {node.node_id} sends {describe(message)}")
         # The ordering rule: state a message depends on is durable before the message leaves.
         if message.epoch > node.quorum.epoch:
             raise Violation(f"node {node.node_id} sends epoch {message.epoch} with epoch "
@@ -623,6 +708,10 @@ class Simulation:
             entry = node.log.entry(o)
             sm.apply(entry)
             if self.checker.on_apply(node, entry, sm, raft.epoch) and first_new is None:
+                if node.observer:
+                    # The leader applies what it commits before any answer says so.
+                    raise Violation(f"observer {node.node_id} applies offset {o} before any "
+                                    f"voter committed it")
                 first_new = o
         if first_new is None:
             return
@@ -687,12 +776,16 @@ class Simulation:
             return
         rng = self.rng
         alive = [n for n in self.nodes.values() if n.alive]
-        kind = rng.choices(["crash", "partition", "heal", "network", "resign"],
-                           weights=[3, 2, 2, 2, 1])[0]
+        kind = rng.choices(["crash", "partition", "heal", "network", "resign", "lose-disk"],
+                           weights=[3, 2, 2, 2, 1, 1 if self.profile == "lost-disk" else 0])[0]
         if kind == "crash" and alive:
             self._crash(rng.choice(alive))
+        elif kind == "lose-disk":
+            # One at a time: a majority of lost disks loses committed data whatever is done.
+            if not any(n.lost_state for n in self.nodes.values()):
+                self._lose_disk(self.nodes[rng.choice(self.voters)])
         elif kind == "partition":
-            ids = list(self.voters)
+            ids = list(self.nodes)
             rng.shuffle(ids)
             cut = rng.randint(1, len(ids) - 1)
             self.groups = {n: (0 if i < cut else 1) for i, n in enumerate(ids)}
@@ -762,20 +855,25 @@ class Simulation:
 
 
 def run_seed(seed: int, nodes: int = 3, steps: int = DEFAULT_STEPS,
-             node_factory: NodeFactory = RaftNode, profile: str = "mixed") -> SimResult:
-    return Simulation(seed, nodes, steps, node_factory=node_factory, profile=profile).run()
+             node_factory: NodeFactory = RaftNode, profile: str = "mixed",
+             observers: int | None = None) -> SimResult:
+    return Simulation(seed, nodes, steps, node_factory=node_factory, profile=profile,
+                      observers=observers).run()
 
 
-def _run_args(args: tuple[int, int, int, NodeFactory, str]) -> SimResult:
+def _run_args(args: tuple[int, int, int, NodeFactory, str, int | None]) -> SimResult:
     return run_seed(*args)
 
 
 def run_seeds(seeds: Iterable[int], nodes: int = 3, steps: int = DEFAULT_STEPS, *,
               jobs: int = 1, node_factory: NodeFactory = RaftNode, profile: str = "mixed",
-              stop_on_failure: bool = False,
+              observers: int | None = None, stop_on_failure: bool = False,
               progress: Callable[[SimResult], None] | None = None) -> list[SimResult]:
-    """Run many seeds, in `jobs` processes; results in seed order (or up to a failure)."""
-    work = [(seed, nodes, steps, node_factory, profile) for seed in seeds]
+    """Run many seeds, in `jobs` processes; results in seed order (or up to a failure).
+
+    `observers`: how many observers each run has; None draws one or two from each seed.
+    """
+    work = [(seed, nodes, steps, node_factory, profile, observers) for seed in seeds]
     results: list[SimResult] = []
     if jobs <= 1:
         for item in work:
@@ -804,7 +902,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, help="run this one seed")
     parser.add_argument("--seeds", type=int, default=100, help="how many seeds to run")
     parser.add_argument("--start", type=int, default=0, help="first seed of a multi-seed run")
-    parser.add_argument("--nodes", type=int, default=3)
+    parser.add_argument("--nodes", type=int, default=3, help="how many voters")
+    parser.add_argument("--observers", type=int, default=None,
+                        help="how many observers (default: one or two, drawn from the seed)")
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS)
     parser.add_argument("--profile", choices=PROFILES, default="mixed")
     parser.add_argument("--soak", action="store_true",
@@ -815,7 +915,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.seed is not None:
         result = Simulation(args.seed, args.nodes, args.steps, verbose=args.verbose,
-                            profile=args.profile).run()
+                            profile=args.profile, observers=args.observers).run()
         print(result.report())
         if result.detail and not args.verbose:
             print(result.detail)
@@ -825,7 +925,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     began = time.monotonic()
     failures: list[SimResult] = []
     totals = {"steps": 0, "ms": 0, "leaders": 0, "committed": 0, "snapshots": 0, "crashes": 0,
-              "slowest_calm": 0}
+              "disks_lost": 0, "slowest_calm": 0}
 
     def progress(result: SimResult) -> None:
         totals["steps"] += result.steps
@@ -834,6 +934,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         totals["committed"] += result.committed
         totals["snapshots"] += result.snapshots_installed
         totals["crashes"] += result.crashes
+        totals["disks_lost"] += result.disks_lost
         totals["slowest_calm"] = max(totals["slowest_calm"], result.slowest_calm_ms)
         if not result.ok:
             failures.append(result)
@@ -844,12 +945,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"{time.monotonic() - began:.0f} s", flush=True)
 
     results = run_seeds(seeds, args.nodes, args.steps, jobs=args.jobs, profile=args.profile,
-                        stop_on_failure=not args.soak, progress=progress)
+                        observers=args.observers, stop_on_failure=not args.soak,
+                        progress=progress)
     elapsed = time.monotonic() - began
     print(f"{len(results)} seeds x {args.nodes} nodes, {totals['steps']} steps, "
           f"{totals['ms'] / 1000:.0f} s simulated, {totals['leaders']} elections won, "
           f"{totals['committed']} entries committed, {totals['snapshots']} snapshots installed, "
-          f"{totals['crashes']} crashes, slowest recovery in a calm phase "
+          f"{totals['crashes']} crashes, {totals['disks_lost']} disks lost, slowest recovery in "
+          f"a calm phase "
           f"{totals['slowest_calm']} ms; {len(failures)} failing; {elapsed:.1f} s")
     return 1 if failures else 0
 

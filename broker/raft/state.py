@@ -2,7 +2,8 @@
 
 Roles follow KRaft's QuorumState: Unattached (epoch known, no vote, no leader), Voted,
 Candidate, Leader, Follower and Resigned (a leader that gave up its epoch and waits for a
-successor). All times are milliseconds on the driver's clock.
+successor). An observer (a node that is not a voter) is only ever Unattached, looking for the
+leader, or Follower. All times are milliseconds on the driver's clock.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ class RaftConfig:
     snapshot_chunk_bytes: int = 1 << 20
     # None: the fetch timeout.
     check_quorum_ms: int | None = None
+    # A leader forgets an observer (drops it from DescribeQuorum) that has not fetched for this
+    # long.
+    observer_session_timeout_ms: int = 300_000
 
     @property
     def check_quorum_timeout_ms(self) -> int:
@@ -64,7 +68,9 @@ class Role(enum.Enum):
 @dataclass(slots=True)
 class UnattachedState:
     epoch: int
-    election_deadline: int
+    election_deadline: int  # never, for an observer
+    # Observers only: when to send the next Fetch to a random voter to learn who leads.
+    bootstrap_fetch_at: int | None = None
     role = Role.UNATTACHED
 
 
@@ -90,7 +96,7 @@ class CandidateState:
 
 @dataclass(slots=True)
 class ReplicaState:
-    """What the leader knows about one voter in its epoch."""
+    """What the leader knows about one voter (or observer) in its epoch."""
 
     end_offset: int = -1  # validated fetch offset: the voter's log matches ours below it
     last_fetch_ms: int | None = None
@@ -112,6 +118,9 @@ class LeaderState:
     check_quorum_deadline: int
     begin_epoch_at: int  # next round of BeginQuorumEpoch to voters that are not fetching
     fetched: set[int] = field(default_factory=set)  # voters heard since the check-quorum reset
+    # Nodes outside the voters that fetch from this leader: reported by DescribeQuorum, never
+    # counted for the high watermark or check-quorum.
+    observers: dict[int, ReplicaState] = field(default_factory=dict)
     flush_deadline: int | None = None  # appended but not flushed: fsync at this time
     parked: dict[int, ParkedFetch] = field(default_factory=dict)
     # No new snapshot before this: a follower is downloading the current one, and a newer one

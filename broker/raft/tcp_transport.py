@@ -9,6 +9,11 @@ request they answer (so a FetchResponse gets the request's fetch position).
 Two connections per peer: one for Fetch and FetchSnapshot, one for Vote, BeginQuorumEpoch and
 EndQuorumEpoch, so that a fetch the leader holds (a long poll) never delays an election.
 
+`peers` only needs the nodes this one sends requests to: an observer's transport knows the
+voters, and nobody needs an observer's address because it only ever sends requests. An
+observer's transport need not even listen: set `handler` instead of calling `start` (answers
+come back on the connections it opens); `start` only adds a port for DescribeQuorum.
+
 Incoming requests are handed to the node at once; the node answers later with a Send of the
 response message, which is written on the connection the request came in on. Responses on one
 connection leave in request order, as Kafka clients expect. A request the node never answers
@@ -22,6 +27,11 @@ backs off after a failure (exponentially, up to `reconnect_backoff_max_ms`).
 
 ApiVersions is answered with the versions wire.py supports, and DescribeQuorum when a
 `describe_quorum` callback is given, so that Kafka's tools can talk to the port as well.
+
+Other APIs served on the same port (a controller's BrokerRegistration, BrokerHeartbeat,
+AlterPartition...) are given as `services`: api key -> (min version, max version, coroutine
+taking the request frame and returning the framed response). Their answers keep request order
+on the connection like every other.
 """
 
 from __future__ import annotations
@@ -32,7 +42,7 @@ import contextlib
 import logging
 import struct
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,6 +93,7 @@ _API_VERSIONS_MAX = 3
 _CLOSE_TIMEOUT_S = 5.0
 
 Handler = Callable[[Message], None]
+Service = tuple[int, int, Callable[[bytes], Awaitable[bytes]]]
 
 
 @dataclass(slots=True, eq=False)
@@ -150,8 +161,11 @@ class TcpTransport:
                  connect_timeout_ms: int = 1000,
                  reconnect_backoff_ms: int = 50,
                  reconnect_backoff_max_ms: int = 1000,
-                 describe_quorum: Callable[[], QuorumInfo] | None = None) -> None:
+                 describe_quorum: Callable[[], QuorumInfo] | None = None,
+                 services: Mapping[int, Service] | None = None) -> None:
         self.node_id = node_id
+        self.services: dict[int, Service] = dict(services or {})
+        self._service_tasks: set[asyncio.Task[bytes]] = set()
         self.host = host
         self.port = port
         self.peers: dict[int, tuple[str, int]] = dict(peers or {})
@@ -382,6 +396,8 @@ class TcpTransport:
         if api_key == ApiKey.API_VERSIONS:
             self._answer_now(conn, correlation_id, self._api_versions(version, correlation_id))
             return True
+        if api_key in self.services:
+            return self._serve_service(conn, api_key, version, correlation_id, frame)
         if api_key not in SUPPORTED_VERSIONS:
             log.warning("Unsupported api %d on the controller quorum port", api_key)
             return False
@@ -416,9 +432,35 @@ class TcpTransport:
         self._deliver(message)
         return True
 
+    def _serve_service(self, conn: _Incoming, api_key: int, version: int, correlation_id: int,
+                       frame: bytes) -> bool:
+        low, high, serve = self.services[api_key]
+        if not low <= version <= high:
+            log.warning("Unsupported version %d of api %d", version, api_key)
+            return False
+        slot = _Slot(conn, api_key, version, correlation_id, None)
+        conn.slots.append(slot)
+
+        def done(task: asyncio.Task[bytes]) -> None:
+            if task.cancelled() or task.exception() is not None:
+                if not task.cancelled():
+                    log.error("Serving api %d failed", api_key, exc_info=task.exception())
+                self._close_incoming(conn)
+                return
+            slot.frame = task.result()
+            conn.flush()
+
+        task = asyncio.get_running_loop().create_task(serve(frame))
+        self._service_tasks.add(task)
+        task.add_done_callback(self._service_tasks.discard)
+        task.add_done_callback(done)
+        return True
+
     def _api_versions(self, version: int, correlation_id: int) -> bytes:
         keys = [{"api_key": key, "min_version": low, "max_version": high}
                 for key, (low, high) in sorted(SUPPORTED_VERSIONS.items())]
+        keys += [{"api_key": key, "min_version": low, "max_version": high}
+                 for key, (low, high, _) in sorted(self.services.items())]
         keys.append({"api_key": ApiKey.API_VERSIONS, "min_version": 0,
                      "max_version": _API_VERSIONS_MAX})
         keys.sort(key=lambda k: k["api_key"])

@@ -3,7 +3,8 @@
 Each dataclass message of messages.py maps to one request or response of Kafka's Vote (52),
 BeginQuorumEpoch (53), EndQuorumEpoch (54), Fetch (1) and FetchSnapshot (59) APIs, for the
 single partition 0 of the `__cluster_metadata` topic; DescribeQuorum (55) reports the leader's
-view of the voters. Bodies are kio entities built for one exact API version.
+view of the voters and of the observers that fetch from it. Bodies are kio entities built for
+one exact API version.
 
 Things the wire carries that the dataclasses do not (and the reverse):
 
@@ -15,7 +16,8 @@ Things the wire carries that the dataclasses do not (and the reverse):
 - Fetch records are genuine v2 record batches: a run of entries with one epoch is one batch
   whose partitionLeaderEpoch is that epoch; a control entry is a control batch of one record
   whose key is Kafka's control record key (version 0, type 2: LeaderChange). The record value
-  is the entry's payload as the Raft node wrote it.
+  is the entry's payload as the Raft node wrote it: Kafka's LeaderChangeMessage (node.py's
+  `LeaderChange`).
 - Snapshot chunks travel as FetchSnapshot's unaligned records, i.e. as raw bytes.
 
 The metadata topic's id is Kafka's fixed `Uuid.METADATA_TOPIC_ID`, Uuid(0, 1), i.e.
@@ -530,9 +532,10 @@ def quorum_info(node: RaftNode, *, now_ms: int, wall_offset_ms: int,
     """Describe the quorum from a `RaftNode`'s state.
 
     Times are in the node's clock (`now_ms`, the replicas' last fetch, `caught_up_ms`: when
-    each voter was last known to hold everything the leader had); adding `wall_offset_ms`
-    turns them into the wall-clock milliseconds the API reports. Only the leader knows the
-    voters' positions; any other node answers NOT_LEADER_OR_FOLLOWER.
+    each voter or observer was last known to hold everything the leader had); adding
+    `wall_offset_ms` turns them into the wall-clock milliseconds the API reports. Only the
+    leader knows the replicas' positions; any other node answers NOT_LEADER_OR_FOLLOWER.
+    Observers are the non-voters that fetched from the leader in its epoch (and recently).
     """
     st = node.state
     leader = node.leader_id
@@ -555,8 +558,13 @@ def quorum_info(node: RaftNode, *, now_ms: int, wall_offset_ms: int,
         replica = st.replicas[voter]
         voters.append(ReplicaInfo(voter, replica.end_offset, wall(replica.last_fetch_ms),
                                   wall(caught_up.get(voter))))
+    observers = tuple(
+        ReplicaInfo(observer_id, replica.end_offset, wall(replica.last_fetch_ms),
+                    wall(caught_up.get(observer_id)))
+        for observer_id, replica in sorted(st.observers.items()))
     return QuorumInfo(leader_id=node.node_id, leader_epoch=st.epoch,
-                      high_watermark=node.high_watermark, voters=tuple(voters))
+                      high_watermark=node.high_watermark, voters=tuple(voters),
+                      observers=observers)
 
 
 def describe_quorum_request(version: int) -> Any:

@@ -39,7 +39,8 @@ def make_log(epochs: Iterable[int], start: int = 0) -> RaftLog:
 class Driver:
     def __init__(self, node_id: int, voters: Iterable[int], *, log: RaftLog | None = None,
                  state: QuorumState | None = None, config: RaftConfig = CONFIG, seed: int = 0,
-                 now: int = 0, node_class: type[RaftNode] = RaftNode) -> None:
+                 now: int = 0, node_class: type[RaftNode] = RaftNode,
+                 lost_state: bool = False) -> None:
         self.node_id = node_id
         self.voters = tuple(voters)
         self.log = log if log is not None else RaftLog()
@@ -52,7 +53,8 @@ class Driver:
         self.history: list[Action] = []
         self.flushed_end = self.log.end_offset
         self.node = node_class(node_id, self.voters, self.persisted, self.log,
-                               random.Random(seed), config=config, now_ms=now)
+                               random.Random(seed), config=config, now_ms=now,
+                               lost_state=lost_state)
 
     def restart(self, now: int = 0, seed: int = 1) -> None:
         self.outbox.clear()
@@ -107,16 +109,19 @@ class Driver:
 
 
 class Cluster:
-    """Drivers for every voter, and FIFO delivery of their messages on request."""
+    """Drivers for every voter (ids 1..size) and observer (the ids after), and FIFO delivery of
+    their messages on request."""
 
-    def __init__(self, size: int = 3, *, logs: dict[int, RaftLog] | None = None,
+    def __init__(self, size: int = 3, *, observers: int = 0,
+                 logs: dict[int, RaftLog] | None = None,
                  states: dict[int, QuorumState] | None = None,
                  config: RaftConfig = CONFIG) -> None:
         voters = tuple(range(1, size + 1))
+        self.observers = tuple(range(size + 1, size + 1 + observers))
         logs = logs or {}
         states = states or {}
         self.drivers = {i: Driver(i, voters, log=logs.get(i), state=states.get(i),
-                                  config=config, seed=i) for i in voters}
+                                  config=config, seed=i) for i in voters + self.observers}
         self.down: set[int] = set()
 
     def __getitem__(self, node_id: int) -> Driver:

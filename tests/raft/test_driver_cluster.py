@@ -1,5 +1,5 @@
 """Three RaftDrivers on loopback TCP with real directories: election, replication, fail-over,
-catch-up with truncation, snapshots, resignation and DescribeQuorum."""
+catch-up with truncation, snapshots, resignation, observers and DescribeQuorum."""
 
 import asyncio
 import json
@@ -67,23 +67,26 @@ LOWEST_VERSIONS = {key: low for key, (low, _high) in wire.SUPPORTED_VERSIONS.ite
 
 
 class Member:
-    def __init__(self, node_id, directory, config, port, versions=None):
+    def __init__(self, node_id, directory, config, port, versions=None, lost_state=False):
         self.id = node_id
+        self.observer = node_id not in VOTERS
         self.sm = ListStateMachine()
         self.transport = TcpTransport(node_id, port=port,
                                       request_timeout_ms=config.request_timeout_ms,
                                       reconnect_backoff_max_ms=200, versions=versions,
                                       cluster_id="test-cluster")
         self.gate = Gate(self.transport)
-        self.driver = RaftDriver(node_id, VOTERS, directory, self.sm, self.gate, config=config)
+        self.driver = RaftDriver(node_id, VOTERS, directory, self.sm, self.gate, config=config,
+                                 lost_state=lost_state)
         self.transport.describe_quorum = self.driver.describe_quorum
 
 
 class LoopbackCluster:
-    def __init__(self, base, config=CONFIG, versions=None):
+    def __init__(self, base, config=CONFIG, versions=None, observers=()):
         self.base = str(base)
         self.config = config
         self.versions = versions
+        self.observers = tuple(observers)
         self.members = {}
         self.ports = {}
 
@@ -91,14 +94,20 @@ class LoopbackCluster:
         return os.path.join(self.base, f"node{node_id}", "__cluster_metadata-0")
 
     async def start(self):
-        for node_id in VOTERS:
+        for node_id in VOTERS + self.observers:
             member = Member(node_id, self.directory(node_id), self.config, 0, self.versions)
-            await member.transport.start(member.driver.handle)
+            if member.observer:
+                # A broker-only node need not listen: it only sends requests, and answers
+                # come back on its own connections.
+                member.transport.handler = member.driver.handle
+            else:
+                await member.transport.start(member.driver.handle)
+                self.ports[node_id] = member.transport.port
             self.members[node_id] = member
-            self.ports[node_id] = member.transport.port
         for member in self.members.values():
-            for node_id, port in self.ports.items():
-                member.transport.set_peer(node_id, "127.0.0.1", port)
+            # Every node, observers included, only knows the voters' addresses.
+            for node_id in VOTERS:
+                member.transport.set_peer(node_id, "127.0.0.1", self.ports[node_id])
             await member.driver.start()
 
     async def stop(self, node_id):
@@ -107,11 +116,11 @@ class LoopbackCluster:
         await member.driver.close()
         return member
 
-    async def restart(self, node_id, config=None):
+    async def restart(self, node_id, config=None, lost_state=False):
         member = Member(node_id, self.directory(node_id), config or self.config,
-                        self.ports[node_id], self.versions)
-        for peer, port in self.ports.items():
-            member.transport.set_peer(peer, "127.0.0.1", port)
+                        self.ports[node_id], self.versions, lost_state)
+        for peer in VOTERS:
+            member.transport.set_peer(peer, "127.0.0.1", self.ports[peer])
         await member.transport.start(member.driver.handle)
         await member.driver.start()
         self.members[node_id] = member
@@ -148,9 +157,9 @@ class LoopbackCluster:
             f"every node to apply offset {offset}")
 
 
-def run(scenario, tmp_path, config=CONFIG, versions=None):
+def run(scenario, tmp_path, config=CONFIG, versions=None, observers=()):
     async def main():
-        cluster = LoopbackCluster(tmp_path, config, versions)
+        cluster = LoopbackCluster(tmp_path, config, versions, observers)
         try:
             await cluster.start()
             await scenario(cluster)
@@ -310,6 +319,70 @@ def test_lagging_node_installs_a_snapshot(tmp_path):
         assert back.sm.records[-1] == (last, b"tail")
 
     run(scenario, tmp_path, config)
+
+
+def test_an_observer_applies_everything_follows_a_new_leader_and_is_described(tmp_path):
+    observer_id = 4
+
+    async def described_with_observer(port, leader):
+        deadline = time.monotonic() + 5
+        while True:
+            info = await describe_over_tcp(port)
+            observers = {o.replica_id: o for o in info.observers}
+            seen = observers.get(observer_id)
+            if (seen is not None and seen.log_end_offset == leader.driver.log.end_offset
+                    and seen.last_caught_up_timestamp > 0) or time.monotonic() > deadline:
+                return info
+            await asyncio.sleep(0.02)
+
+    async def scenario(cluster):
+        observer = cluster.members[observer_id]
+        assert observer.driver.node.is_observer
+        assert set(observer.transport.peers) == set(VOTERS)
+        leader = await cluster.leader()
+        # The observer learns the leader from the voters it asks; wait for a settled quorum
+        # (a loaded machine can depose a brand-new leader) before proposing.
+        await cluster.wait_for(
+            lambda: all(m.driver.leader_id == leader.id for m in cluster.members.values())
+            and leader.driver.high_watermark > 0, "every node to follow the leader")
+        offsets = await asyncio.wait_for(
+            asyncio.gather(*(leader.driver.propose([b"o%03d" % i]) for i in range(100))), 10)
+        await cluster.all_applied(offsets[-1])
+        assert observer.sm.records == leader.sm.records
+        assert [p for _, p in observer.sm.records] == [b"o%03d" % i for i in range(100)]
+        assert (observer.driver.role, observer.driver.leader_id) == (Role.FOLLOWER, leader.id)
+        with pytest.raises(NotLeaderError) as refused:
+            await observer.driver.propose([b"nope"])
+        assert refused.value.leader_id == leader.id
+
+        info = await described_with_observer(cluster.ports[leader.id], leader)
+        assert [o.replica_id for o in info.observers] == [observer_id]
+        assert sorted(v.replica_id for v in info.voters) == list(VOTERS)
+        # The high watermark counts voters only, so it never runs ahead of a voter majority.
+        assert info.high_watermark == leader.driver.high_watermark
+
+        # The leader goes away; the observer finds its successor by asking the voters.
+        first_epoch = leader.driver.epoch
+        await cluster.stop(leader.id)
+        new = await cluster.leader()
+        assert new.id != leader.id and new.id != observer_id
+        await cluster.wait_for(lambda: observer.driver.leader_id == new.id,
+                               "the observer to follow the new leader")
+        assert observer.driver.epoch > first_epoch
+        more = await asyncio.wait_for(
+            asyncio.gather(*(new.driver.propose([b"n%d" % i]) for i in range(20))), 5)
+        await cluster.all_applied(more[-1])
+        assert observer.sm.records == new.sm.records
+        info = await described_with_observer(cluster.ports[new.id], new)
+        assert [o.replica_id for o in info.observers] == [observer_id]
+        # Never a vote: the observer's quorum-state file names the leader, not a candidate.
+        state = observer.driver.store.load()
+        assert state.voted_for is None and state.leader_id == new.id
+        own = observer.driver.describe_quorum()
+        assert (own.error, own.leader_id) == (ErrorCode.not_leader_or_follower, new.id)
+        assert observer_id not in cluster.ports  # it never listened
+
+    run(scenario, tmp_path, observers=(observer_id,))
 
 
 # -- the transport on its own ---------------------------------------------------------------

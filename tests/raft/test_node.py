@@ -31,7 +31,13 @@ from moldau.broker.raft.messages import (
     VoteRequest,
     VoteResponse,
 )
-from moldau.broker.raft.node import NotLeader, Proposal, RaftNode, decode_leader_change
+from moldau.broker.raft.node import (
+    LeaderChange,
+    NotLeader,
+    Proposal,
+    RaftNode,
+    decode_leader_change,
+)
 from moldau.broker.raft.state import QuorumState, Role
 
 VOTERS = (1, 2, 3)
@@ -122,6 +128,8 @@ def test_majority_of_votes_makes_a_leader_that_announces_itself():
     change = actions[1].entries[0]
     assert change.offset == 1 and change.epoch == 2 and change.control
     assert decode_leader_change(change.payload) == (1, VOTERS)
+    # Kafka's LeaderChangeMessage: the voters that elected it are the leader and node 3.
+    assert LeaderChange.decode(change.payload) == LeaderChange(1, VOTERS, (1, 3))
     assert actions == [
         PersistState(QuorumState(2, voted_for=1, leader_id=1)),
         AppendToLog((change,)),
@@ -419,3 +427,50 @@ def test_log_entries_of_the_leader_are_what_followers_hold():
         assert cluster[i].log.read(0, 100) == entries
         assert cluster[i].applied == list(entries)
     assert entries[0] == LogEntry(0, 1, entries[0].payload, True)
+
+
+# -- LeaderChange records -------------------------------------------------------------------
+
+
+def test_leader_change_is_kafkas_leader_change_message():
+    change = LeaderChange(2, (1, 2, 3), (2, 3))
+    # LeaderChangeMessage v0 is flexible: version int16, LeaderId int32, then Voters and
+    # GrantingVoters as compact arrays (length + 1) of VoterId int32 with empty tagged fields,
+    # then the message's empty tagged fields.
+    expected = (b"\x00\x00" + b"\x00\x00\x00\x02"
+                + b"\x04" + b"".join(b"\x00\x00\x00" + bytes([v]) + b"\x00" for v in (1, 2, 3))
+                + b"\x03" + b"".join(b"\x00\x00\x00" + bytes([v]) + b"\x00" for v in (2, 3))
+                + b"\x00")
+    assert change.encode() == expected
+    assert LeaderChange.decode(expected) == change
+    assert decode_leader_change(expected) == (2, (1, 2, 3))
+
+
+def test_leader_change_message_version_1_is_read_too():
+    import io
+
+    from kio.schema.leader_change_message.v1.data import LeaderChangeMessage, Voter
+    from kio.serial import entity_writer
+    from kio.static.primitive import i16, i32
+
+    message = LeaderChangeMessage(
+        version=i16(1), leader_id=i32(3),
+        voters=tuple(Voter(voter_id=i32(v), voter_directory_id=None) for v in (1, 2, 3)),
+        granting_voters=(Voter(voter_id=i32(3), voter_directory_id=None),))
+    out = io.BytesIO()
+    entity_writer(LeaderChangeMessage)(out, message)
+    assert LeaderChange.decode(out.getvalue()) == LeaderChange(3, (1, 2, 3), (3,))
+
+
+def test_leader_change_of_a_single_voter_and_malformed_payloads():
+    node = Driver(1, (1,))
+    actions = node.tick(node.node.next_deadline_ms())
+    (append,) = [a for a in actions if isinstance(a, AppendToLog)]
+    assert LeaderChange.decode(append.entries[0].payload) == LeaderChange(1, (1,), (1,))
+    for bad in (b"", b"\x00", b"\x00\x07" + bytes(8), LeaderChange(1, (1,), (1,)).encode() + b"x",
+                LeaderChange(1, (1,), (1,)).encode()[:-2]):
+        try:
+            LeaderChange.decode(bad)
+        except ValueError:
+            continue
+        raise AssertionError(f"{bad!r} decoded")

@@ -1,4 +1,5 @@
-"""Seeded fault-injection runs of whole quorums, and proof that their checks bite.
+"""Seeded fault-injection runs of whole quorums (voters and observers), and proof that their
+checks bite.
 
 MOLDAU_RAFT_SOAK=1 runs many more seeds (a number instead of 1 sets how many per test); the
 default is sized to finish in well under a minute on two cores.
@@ -39,6 +40,22 @@ def test_random_schedules_keep_every_invariant(nodes, profile, seeds):
     assert sum(r.snapshots_installed for r in results) > count
     assert sum(r.crashes for r in results) > 5 * count
     assert all(r.calm_phases >= 1 for r in results)
+    assert {r.observers for r in results} == {1, 2}
+
+
+def test_voters_that_lose_their_disk_rejoin_in_probation():
+    results = run_seeds(range(150), 3, jobs=JOBS, profile="lost-disk")
+    assert_all_ok(results)
+    assert sum(r.disks_lost for r in results) > 50
+    assert sum(r.committed for r in results) > 50 * len(results)
+
+
+def test_observers_catch_up_in_every_calm_phase():
+    # More observers than voters: they crash, get partitioned and lose their leader like the
+    # voters, and each calm phase still waits for every one of them to apply the probe.
+    results = run_seeds(range(60), 3, jobs=JOBS, observers=4)
+    assert_all_ok(results)
+    assert all(r.observers == 4 and r.calm_phases >= 1 for r in results)
 
 
 def test_a_seed_replays_exactly():
@@ -55,6 +72,21 @@ def test_a_seed_replays_exactly():
 def test_command_line_single_seed(capsys):
     assert main(["--seed", "3", "--nodes", "5", "--steps", "300"]) == 0
     assert capsys.readouterr().out.startswith("seed 3: ok")
+    assert main(["--seed", "3", "--nodes", "3", "--observers", "0", "--steps", "300"]) == 0
+    assert capsys.readouterr().out.startswith("seed 3: ok")
+
+
+def test_observers_never_vote_and_follow_leaders():
+    out = io.StringIO()
+    sim = Simulation(11, 3, 600, verbose=True, out=out, observers=2)
+    result = sim.run()
+    assert result.ok, result.report()
+    for observer in sim.observers:
+        node = sim.nodes[observer]
+        assert node.observer and node.quorum.voted_for is None
+        assert node.sm is not None and node.sm.applied > 0
+    assert all(voter not in sim.observers for voter in sim.checker.leaders.values())
+    assert all(voter not in sim.observers for voter, _epoch in sim.checker.votes)
 
 
 # -- the checks catch broken rules (classes at module level so worker processes can load them)
@@ -86,6 +118,31 @@ class RepliesBeforePersisting(RaftNode):
         actions.extend(a for a in own if isinstance(a, PersistState))
 
 
+class LeaderCountsObservers(RaftNode):
+    def _high_watermark_candidate(self, st):
+        ends = sorted([self._flushed_end] + [r.end_offset for r in st.replicas.values()]
+                      + [o.end_offset for o in st.observers.values()], reverse=True)
+        majority_end = ends[self._majority - 1]
+        return majority_end if majority_end > st.epoch_start_offset else None
+
+
+class ObserverStands(RaftNode):
+    def _lose_leader(self, st, now, actions):
+        self.is_observer = False
+        self._become_candidate(now, actions)
+
+
+class ObserverCommitsItsLogEnd(RaftNode):
+    def _advance_commit(self, offset, actions):
+        super()._advance_commit(max(offset, self._flushed_end) if self.is_observer else offset,
+                                actions)
+
+
+class IgnoresLostState(RaftNode):
+    def __init__(self, *args, lost_state=False, **kwargs):
+        super().__init__(*args, **kwargs)
+
+
 class FollowerSkipsFsync(RaftNode):
     def _on_fetch_response(self, resp, now, actions):
         own = []
@@ -93,24 +150,34 @@ class FollowerSkipsFsync(RaftNode):
         actions.extend(a for a in own if not isinstance(a, FlushLog))
 
 
-@pytest.mark.parametrize(("broken", "nodes", "profile", "budget", "expected"), [
-    (VotesWithoutComparingLogs, 3, "mixed", 50, "leader completeness"),
-    (VotesWithoutComparingLogs, 5, "mixed", 50, "leader completeness"),
-    (RepliesBeforePersisting, 3, "mixed", 50, "persisted"),
-    (FollowerSkipsFsync, 3, "mixed", 50, "leader completeness"),
-    (LeaderCountsUnflushedEntries, 3, "mixed", 600, "leader completeness"),
-    # Raft's "figure 8": needs leaders cut off right after their election.
-    (CountsEntriesOfOlderEpochs, 3, "churn", 2000, "leader completeness"),
+@pytest.mark.parametrize(("broken", "nodes", "profile", "budget", "expected", "observers"), [
+    (VotesWithoutComparingLogs, 3, "mixed", 50, "leader completeness", None),
+    (VotesWithoutComparingLogs, 5, "mixed", 50, "leader completeness", None),
+    (RepliesBeforePersisting, 3, "mixed", 50, "persisted", None),
+    (FollowerSkipsFsync, 3, "mixed", 50, "leader completeness", None),
+    (LeaderCountsUnflushedEntries, 3, "mixed", 600, "leader completeness", None),
+    # Raft's "figure 8": needs leaders cut off right after their election; observers only
+    # dilute such schedules.
+    (CountsEntriesOfOlderEpochs, 3, "churn", 2000, "leader completeness", 0),
+    (LeaderCountsObservers, 3, "mixed", 50, "leader completeness", None),
+    (ObserverStands, 3, "mixed", 50, "observer", None),
+    (ObserverCommitsItsLogEnd, 3, "mixed", 50, "before any voter committed", None),
+    # A voter back from a lost disk that votes at once breaks what its old votes and entries
+    # promised.
+    (IgnoresLostState, 3, "lost-disk", 50, "leader completeness", None),
 ])
-def test_checks_find_a_broken_rule(broken, nodes, profile, budget, expected):
+def test_checks_find_a_broken_rule(broken, nodes, profile, budget, expected, observers):
     results = run_seeds(range(budget), nodes, jobs=JOBS, node_factory=broken, profile=profile,
-                        stop_on_failure=True)
+                        observers=observers, stop_on_failure=True)
     failing = [r for r in results if not r.ok]
     assert failing, f"{broken.__name__}: no violation in {budget} seeds"
     report = failing[0].report()
     assert expected in report
-    assert f"--seed {failing[0].seed} --nodes {nodes}" in report
+    assert f"--seed {failing[0].seed} --nodes {nodes} --observers" in report
+    if profile != "mixed":
+        assert f"--profile {profile}" in report
     # The reported seed fails the same way when run again on its own.
-    again = Simulation(failing[0].seed, nodes, node_factory=broken, profile=profile).run()
+    again = Simulation(failing[0].seed, nodes, node_factory=broken, profile=profile,
+                       observers=failing[0].observers).run()
     assert (again.violation, again.violation_step) == (
         failing[0].violation, failing[0].violation_step)

@@ -179,6 +179,29 @@ def test_fetch_records_are_genuine_record_batches():
     assert wire.decode_entries(data) == RECORDS
 
 
+def test_leader_change_entries_are_kafka_control_records():
+    # What a leader writes at the start of its epoch, as a Kafka reader of the metadata log
+    # sees it: a control batch whose record key is (version 0, type 2) and whose value is a
+    # LeaderChangeMessage.
+    from kio.schema.leader_change_message.v0 import LeaderChangeMessage
+
+    cluster = Cluster(3)
+    cluster.elect(2, 0)
+    (entry,) = cluster[2].log.read(0, 1)
+    data = wire.encode_entries([entry], timestamp_ms=5)
+    ((pos, header),) = list(iter_batches(data))
+    assert header.attributes & CONTROL_FLAG and header.partition_leader_epoch == entry.epoch
+    (record,) = decode_records(data[pos:pos + header.size], verify_crc=True)
+    assert struct.unpack(">hh", record.key) == (0, wire.LEADER_CHANGE_CONTROL_TYPE)
+    message, size = entity_reader(LeaderChangeMessage)(bytes(record.value), 0)
+    assert size == len(record.value)
+    assert (message.version, message.leader_id) == (0, 2)
+    assert [v.voter_id for v in message.voters] == [1, 2, 3]
+    granting = [v.voter_id for v in message.granting_voters]
+    assert 2 in granting and len(granting) >= 2
+    assert wire.decode_entries(data) == (entry,)
+
+
 def test_corrupt_records_are_rejected():
     data = bytearray(wire.encode_entries(RECORDS[:2], timestamp_ms=1))
     data[-1] ^= 0xFF
@@ -243,13 +266,15 @@ def test_describe_quorum_round_trip(version):
     assert decoded.topics[0].topic_name == "__cluster_metadata"
     info = wire.QuorumInfo(leader_id=1, leader_epoch=3, high_watermark=10, voters=(
         wire.ReplicaInfo(1, 10, 1000, 1000), wire.ReplicaInfo(2, 9, 990, 980),
-        wire.ReplicaInfo(3)))
+        wire.ReplicaInfo(3)), observers=(wire.ReplicaInfo(7, 8, 995, 970),))
     frame = encode_response(1, wire.quorum_info_to_wire(info, version))
     _cid, body = wire.parse_response_frame(wire.ApiKey.DESCRIBE_QUORUM, version, frame[4:])
     back = wire.quorum_info_from_wire(body)
     if version == 0:  # v0 has no timestamps
-        info = wire.QuorumInfo(leader_id=1, leader_epoch=3, high_watermark=10, voters=tuple(
-            wire.ReplicaInfo(r.replica_id, r.log_end_offset) for r in info.voters))
+        info = wire.QuorumInfo(
+            leader_id=1, leader_epoch=3, high_watermark=10,
+            voters=tuple(wire.ReplicaInfo(r.replica_id, r.log_end_offset) for r in info.voters),
+            observers=(wire.ReplicaInfo(7, 8),))
     assert back == info
 
 
