@@ -18,6 +18,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from e2e.kafka_dist import ensure_artifacts, kafka_tool
 from moldau.cluster.launcher import LocalCluster, free_base_port
 from moldau.records.codec import decode_records, iter_batches
 
@@ -179,6 +180,7 @@ def test_leader_kill_loses_no_acknowledged_record(cluster: LocalCluster) -> None
 
 
 def test_controller_kill_elects_another(cluster: LocalCluster) -> None:
+    ensure_artifacts()
     bootstrap = cluster.bootstrap_servers
     active = cluster.active_controller()
     assert active in (1, 2, 3)
@@ -194,6 +196,13 @@ def test_controller_kill_elects_another(cluster: LocalCluster) -> None:
     create_topic(survivors, "after-failover", partitions=2, factor=2)
     admin = AdminClient({"bootstrap.servers": survivors})
     assert "after-failover" in admin.list_topics(timeout=10).topics
+    # Kafka's own tool sees the same quorum through any broker (forwarded to the leader).
+    status = kafka_tool("kafka-metadata-quorum", "--bootstrap-server", survivors, "describe",
+                        "--status").stdout
+    fields = {key.strip(): value.strip() for key, _, value in
+              (line.partition(":") for line in status.splitlines())}
+    assert fields["LeaderId"] == str(other)
+    assert all(f'"id": {node}' in fields["CurrentVoters"] for node in (1, 2, 3))
     del bootstrap
 
 
