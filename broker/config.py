@@ -185,6 +185,8 @@ BROKER_CONFIG = ConfigDef([
               "__consumer_offsets (capped by the brokers available)", at_least(1)),
     ConfigKey("offsets.topic.segment.bytes", T.INT, 104857600, "Segment size of "
               "__consumer_offsets", at_least(1)),
+    ConfigKey("offsets.commit.timeout.ms", T.INT, 5000, "An offset commit waits this long "
+              "for the offsets topic's replicas", at_least(1)),
     ConfigKey("offsets.retention.minutes", T.INT, 10080, "Offsets of empty groups are kept "
               "this long", at_least(1)),
     ConfigKey("offsets.retention.check.interval.ms", T.LONG, 600000, "Offset expiry check "

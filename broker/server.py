@@ -197,10 +197,10 @@ class Broker:
         config = self.config
         partitions = config["offsets.topic.num.partitions"]
         self.offsets_topic = OffsetsTopic(
-            self.controller_channel, self.replicas,  # type: ignore[arg-type]
-            partitions=partitions,
+            self.controller_channel, self.replicas, partitions=partitions,
             replication_factor=config["offsets.topic.replication.factor"],
-            segment_bytes=config["offsets.topic.segment.bytes"])
+            segment_bytes=config["offsets.topic.segment.bytes"],
+            commit_timeout_ms=config["offsets.commit.timeout.ms"])
         settings = GroupSettings(
             initial_rebalance_delay_ms=config["group.initial.rebalance.delay.ms"],
             min_session_timeout_ms=config["group.min.session.timeout.ms"],
@@ -213,11 +213,12 @@ class Broker:
             write=lambda group_id, records: self.offsets_topic.write(
                 partition_for(group_id, partitions), records),
             partition_exists=self._partition_exists,
-            coordinates=lambda group_id: self.offsets_topic.leads(
-                partition_for(group_id, partitions)))
-        if self.offsets_topic.exists:
-            await asyncio.to_thread(self.groups.load, self.offsets_topic.read_all())
-        self.groups.start_timers()
+            partitions=partitions, read=self.offsets_topic.read)
+        # The coordinator of a group is the leader of its __consumer_offsets partition: it
+        # loads the partition's groups on becoming leader and drops them on losing it.
+        # Registered before asking which partitions are led, so no change is missed.
+        self.replicas.add_leadership_listener(self.groups.on_leadership_change)
+        await self.groups.load_partitions(self.offsets_topic.led_partitions())
         self.groups.drop_offsets_of_deleted_topics(self._topic_exists)
         self.quorum.subscribe(self._on_group_metadata)
 
@@ -283,6 +284,8 @@ class Broker:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if hasattr(self, "producer_ids"):
+            self.producer_ids.close()
         if hasattr(self, "groups"):
             self.groups.shutdown()
         if hasattr(self, "replicas"):

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from moldau.broker.coordinators.group.coordinator import OffsetCommit
-from moldau.broker.handlers.registry import Result, api, respond
+from moldau.broker.handlers.registry import Deferred, Result, api, respond
 from moldau.broker.network.channel import Request
+from moldau.broker.network.response import Response
 from moldau.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -19,14 +20,19 @@ async def handle_offset_commit(broker: Broker, request: Request) -> Result:
     commits = [OffsetCommit(topic.name, p.partition_index, p.committed_offset,
                             getattr(p, "committed_leader_epoch", -1), p.committed_metadata)
                for topic in body.topics for p in topic.partitions]
-    errors = iter(broker.groups.commit(
-        body.group_id, body.generation_id_or_member_epoch, body.member_id,
-        getattr(body, "group_instance_id", None), commits))
-    return respond(request, {"topics": [
-        {"name": topic.name, "partitions": [
-            {"partition_index": p.partition_index, "error_code": next(errors)}
-            for p in topic.partitions]}
-        for topic in body.topics]})
+
+    async def commit() -> Response:
+        # Waits for the in-sync replicas, so it does not hold a handler meanwhile.
+        errors = iter(await broker.groups.commit(
+            body.group_id, body.generation_id_or_member_epoch, body.member_id,
+            getattr(body, "group_instance_id", None), commits))
+        return respond(request, {"topics": [
+            {"name": topic.name, "partitions": [
+                {"partition_index": p.partition_index, "error_code": next(errors)}
+                for p in topic.partitions]}
+            for topic in body.topics]})
+
+    return Deferred(commit())
 
 
 def _fetch_group(broker: Broker, group_id: str, topics: Any) -> list[dict[str, Any]]:
@@ -42,22 +48,18 @@ def _fetch_group(broker: Broker, group_id: str, topics: Any) -> list[dict[str, A
     return [{"name": name, "partitions": partitions} for name, partitions in by_topic.items()]
 
 
-def _fetch_error(broker: Broker, group_id: str) -> ErrorCode:
-    return ErrorCode.none if broker.groups.coordinates(group_id) else ErrorCode.not_coordinator
-
-
 @api(9, "OffsetFetch", 1, 9)
 async def handle_offset_fetch(broker: Broker, request: Request) -> Result:
     body = request.body
     if request.header.api_version >= 8:
         groups = []
         for group in body.groups:
-            error = _fetch_error(broker, group.group_id)
+            error = broker.groups.group_error(group.group_id)
             groups.append({"group_id": group.group_id, "error_code": error,
                            "topics": _fetch_group(broker, group.group_id, group.topics)
                            if error is ErrorCode.none else []})
         return respond(request, {"groups": groups})
-    error = _fetch_error(broker, body.group_id)
+    error = broker.groups.group_error(body.group_id)
     return respond(request, {"error_code": error,
                              "topics": _fetch_group(broker, body.group_id, body.topics)
                              if error is ErrorCode.none else []})
@@ -68,8 +70,9 @@ async def handle_offset_delete(broker: Broker, request: Request) -> Result:
     body = request.body
     partitions = [(topic.name, p.partition_index) for topic in body.topics
                   for p in topic.partitions]
-    if not broker.groups.coordinates(body.group_id):
-        return respond(request, {"error_code": ErrorCode.not_coordinator, "topics": []})
+    owner_error = broker.groups.group_error(body.group_id)
+    if owner_error is not ErrorCode.none:
+        return respond(request, {"error_code": owner_error, "topics": []})
     error, results = broker.groups.delete_offsets(body.group_id, partitions)
     if error is not ErrorCode.none:
         return respond(request, {"error_code": error, "topics": []})

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from moldau.broker.coordinators.group.group import GroupState, JoinResult, SyncResult
+from moldau.broker.coordinators.group.records import OFFSETS_TOPIC, partition_for
 from moldau.broker.handlers.registry import Deferred, Result, api, respond
 from moldau.broker.network.channel import Request
 from moldau.broker.network.response import Response
@@ -25,13 +26,32 @@ def client_host(request: Request) -> str:
     return "/" + request.client_address.rsplit(":", 1)[0]
 
 
+def _group_coordinator(broker: Broker, group_id: str, listener: str) -> dict[str, Any]:
+    """The leader of the group's __consumer_offsets partition, which coordinates it (or
+    will, once its groups are loaded: requests meanwhile get COORDINATOR_LOAD_IN_PROGRESS)."""
+    topic = broker.image.topics.get(OFFSETS_TOPIC)
+    record = None if topic is None else \
+        topic.partitions.get(partition_for(group_id, broker.offsets_topic.partitions))
+    leader = -1 if record is None else record.leader
+    if leader == broker.node_id:
+        endpoint = broker.endpoint_for(listener)
+        return {"error_code": ErrorCode.none, "node_id": leader, "host": endpoint.host,
+                "port": endpoint.port}
+    registration = broker.image.brokers.get(leader)
+    for name, host, port in () if registration is None else registration.endpoints:
+        if name == listener:
+            return {"error_code": ErrorCode.none, "node_id": leader, "host": host,
+                    "port": port}
+    return {"error_code": ErrorCode.coordinator_not_available,
+            "error_message": "The coordinator is not available."}
+
+
 @api(10, "FindCoordinator", 0, 6)
 async def handle_find_coordinator(broker: Broker, request: Request) -> Result:
     body = request.body
     version = request.header.api_version
     keys = list(body.coordinator_keys) if version >= 4 else [body.key]
     key_type = body.key_type if version >= 1 else GROUP_KEY
-    endpoint = broker.endpoint_for(request.listener)
     answers: list[dict[str, Any]] = []
     for key in keys:
         answer: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1}
@@ -44,8 +64,7 @@ async def handle_find_coordinator(broker: Broker, request: Request) -> Result:
         else:
             try:
                 await broker.offsets_topic.ensure_created()
-                answer.update(error_code=ErrorCode.none, node_id=broker.node_id,
-                              host=endpoint.host, port=endpoint.port)
+                answer.update(_group_coordinator(broker, key, request.listener))
             except KafkaError as exc:
                 answer.update(error_code=ErrorCode.coordinator_not_available,
                               error_message=exc.message)
@@ -127,9 +146,10 @@ async def handle_describe_groups(broker: Broker, request: Request) -> Result:
     described = []
     for group_id in body.groups:
         group = broker.groups.groups.get(group_id)
-        if not broker.groups.coordinates(group_id):
+        owner_error = broker.groups.group_error(group_id)
+        if owner_error is not ErrorCode.none:
             entry = {"group_id": group_id, "group_state": "", "protocol_type": "",
-                     "protocol_data": "", "members": [], "error_code": ErrorCode.not_coordinator}
+                     "protocol_data": "", "members": [], "error_code": owner_error}
         elif group is None:
             entry: dict[str, Any] = {"group_id": group_id, "group_state": "Dead",
                                      "protocol_type": "", "protocol_data": "", "members": [],
@@ -159,7 +179,8 @@ async def handle_list_groups(broker: Broker, request: Request) -> Result:
             continue
         listed.append({"group_id": group.group_id, "protocol_type": group.protocol_type or "",
                        "group_state": group.state.value, "group_type": "classic"})
-    return respond(request, {"error_code": ErrorCode.none, "groups": listed})
+    # While partitions load, the list is what is loaded so far, and says so.
+    return respond(request, {"error_code": broker.groups.listing_error(), "groups": listed})
 
 
 @api(42, "DeleteGroups", 0, 2)

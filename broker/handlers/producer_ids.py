@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from moldau.broker.handlers.registry import Result, api, respond
 from moldau.broker.network.channel import Request
-from moldau.errors import ErrorCode
+from moldau.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from moldau.broker.server import Broker
@@ -20,6 +20,11 @@ async def handle_init_producer_id(broker: Broker, request: Request) -> Result:
         return respond(request, {"error_code": ErrorCode.coordinator_not_available,
                                  "producer_id": -1, "producer_epoch": -1})
     # Without a transactional id, Kafka always hands out a fresh id at epoch 0.
-    producer_id = await broker.producer_ids.next_id()
+    try:
+        producer_id = await broker.producer_ids.next_id()
+    except KafkaError as exc:
+        # No block from the controller yet (say it is failing over): the client retries.
+        return respond(request, {"error_code": exc.code, "producer_id": -1,
+                                 "producer_epoch": -1})
     return respond(request, {"error_code": ErrorCode.none, "producer_id": producer_id,
                              "producer_epoch": 0})

@@ -3,8 +3,13 @@
 All group state lives on the event loop and is changed without awaiting in between, so each
 request sees and leaves a consistent group. Requests that must wait (a join until the
 rebalance completes, a sync until the leader's assignment arrives) wait on futures that the
-state machine completes. Writes to `__consumer_offsets` are small appends made before the
-state they record is acknowledged.
+state machine completes. Writes to `__consumer_offsets` start when the state they record
+changes (so the log keeps that order); a commit or an assignment is acknowledged only once
+its write is (with replication: on every in-sync replica), and state may move on while it
+waits, so what follows a write checks the group again.
+
+This node coordinates the groups of the `__consumer_offsets` partitions it leads, once
+their groups are loaded (see loading.py).
 """
 
 from __future__ import annotations
@@ -24,28 +29,29 @@ from moldau.broker.coordinators.group.group import (
     Member,
     SyncResult,
 )
+from moldau.broker.coordinators.group.loading import PartitionLoader
 from moldau.broker.coordinators.group.records import (
+    OFFSETS_TOPIC,
     GroupKey,
     GroupValue,
     MemberValue,
     OffsetKey,
     OffsetValue,
-    decode_group_value,
-    decode_key,
-    decode_offset_value,
     encode_group_key,
     encode_group_value,
     encode_offset_key,
     encode_offset_value,
+    partition_for,
 )
-from moldau.errors import ErrorCode, KafkaError
+from moldau.broker.coordinators.group.replay import Record, replay
+from moldau.broker.coordinators.group.writes import GroupWriter, Write
+from moldau.errors import ErrorCode
 
 log = logging.getLogger("moldau.broker.groups")
 
 Stable, Empty = GroupState.STABLE, GroupState.EMPTY
 Preparing, Completing, Dead = (GroupState.PREPARING_REBALANCE,
                                GroupState.COMPLETING_REBALANCE, GroupState.DEAD)
-Record = tuple[bytes, bytes | None]
 
 
 @dataclass(frozen=True)
@@ -72,77 +78,106 @@ def _now_ms() -> int:
 
 
 class GroupCoordinator:
-    def __init__(self, settings: GroupSettings, write: Callable[[str, list[Record]], None],
+    def __init__(self, settings: GroupSettings, write: Write,
                  partition_exists: Callable[[str, int], bool],
-                 coordinates: Callable[[str], bool] | None = None) -> None:
+                 coordinates: Callable[[str], bool] | None = None, *,
+                 partitions: int = 1,
+                 read: Callable[[int], Iterable[Record]] | None = None) -> None:
+        """`read` gives a partition's records (called in a thread); with it, this node
+        coordinates only the partitions it was told it leads, once loaded. Without it,
+        every group that `coordinates` accepts is this node's, loaded with load()."""
         self.settings = settings
-        self._write = write  # appends records to the group's __consumer_offsets partition
+        self._writer = GroupWriter(write)
         self._partition_exists = partition_exists
-        # Whether this node owns the group's __consumer_offsets partition.
         self._coordinates = coordinates or (lambda _group_id: True)
+        self.partitions = partitions
         self.groups: dict[str, Group] = {}
+        self._loader = None if read is None else PartitionLoader(
+            read, self._install, self._unload_partition)
+
+    def partition_of(self, group_id: str) -> int:
+        return partition_for(group_id, self.partitions)
+
+    def group_error(self, group_id: str) -> ErrorCode:
+        """NONE when this node coordinates the group now; else NOT_COORDINATOR (ask
+        FindCoordinator again) or COORDINATOR_LOAD_IN_PROGRESS (retry here)."""
+        if self._loader is None:
+            return ErrorCode.none if self._coordinates(group_id) else \
+                ErrorCode.not_coordinator
+        return self._loader.ownership.error(self.partition_of(group_id))
 
     def coordinates(self, group_id: str) -> bool:
-        return self._coordinates(group_id)
+        return self.group_error(group_id) is ErrorCode.none
 
-    def _store(self, group_id: str, records: list[Record]) -> bool:
-        """Append to __consumer_offsets; False when this node cannot write there now."""
-        try:
-            self._write(group_id, records)
-            return True
-        except KafkaError as exc:
-            log.warning("Cannot store records of group %s: %s", group_id, exc)
-            return False
+    def listing_error(self) -> ErrorCode:
+        """ListGroups answers what is loaded, and says when that is not everything."""
+        if self._loader is not None and self._loader.ownership.loading:
+            return ErrorCode.coordinator_load_in_progress
+        return ErrorCode.none
 
-    # --- loading -------------------------------------------------------------------------
+    # --- partition leadership ------------------------------------------------------------
+
+    def on_leadership_change(self, topic: str, partition: int, is_leader: bool,
+                             leader_epoch: int) -> None:
+        """The replica manager's hook, called on the loop for every hosted partition."""
+        if topic == OFFSETS_TOPIC:
+            self.on_partition_leadership(partition, is_leader, leader_epoch)
+
+    def on_partition_leadership(self, partition: int, is_leader: bool, epoch: int
+                                ) -> asyncio.Task[None] | None:
+        """Becoming leader schedules loading the partition's groups (the load, if one was
+        started, is returned); losing it unloads them."""
+        if self._loader is None:
+            raise RuntimeError("per-partition coordination needs a `read` of the log")
+        return self._loader.on_leadership(partition, is_leader, epoch)
+
+    async def load_partitions(self, led: Iterable[tuple[int, int]]) -> None:
+        """Start-up: load every (partition, leader epoch) this node leads and return when
+        all are in memory, so a single node serves its groups from its first request."""
+        for partition, epoch in led:
+            self.on_partition_leadership(partition, True, epoch)
+        await self.wait_for_loads()
+        log.info("Loaded %d group(s) from __consumer_offsets", len(self.groups))
+
+    async def wait_for_loads(self) -> None:
+        """Until the loads under way have ended."""
+        if self._loader is not None:
+            await self._loader.wait()
+
+    def _install(self, partition: int, groups: dict[str, Group]) -> None:
+        self._unload_partition(partition)  # nothing should be there; never keep two copies
+        self.groups.update(groups)
+        self._activate(groups.values())
+
+    def _unload_partition(self, partition: int) -> int:
+        unloading = [group for group_id, group in self.groups.items()
+                     if self.partition_of(group_id) == partition]
+        for group in unloading:
+            self._unload_group(group)
+        return len(unloading)
+
+    def _unload_group(self, group: Group) -> None:
+        """Kafka's onGroupUnloaded: members waiting here are told to find the new
+        coordinator; the group is Dead here."""
+        group.shut_out(JoinResult(ErrorCode.not_coordinator.value, ""),
+                       SyncResult(ErrorCode.not_coordinator.value), _now_ms())
+        del self.groups[group.group_id]
+
+    # --- loading without per-partition leadership ------------------------------------------
 
     def load(self, records: Iterable[Record]) -> None:
         """Rebuild groups and offsets from `__consumer_offsets` records, in log order."""
-        loaded: dict[str, GroupValue | None] = {}
-        for key_bytes, value in records:
-            key = decode_key(key_bytes)
-            if isinstance(key, OffsetKey):
-                group = self.groups.setdefault(key.group, Group(key.group))
-                if value is None:
-                    group.offsets.pop((key.topic, key.partition), None)
-                else:
-                    stored = decode_offset_value(value)
-                    group.offsets[(key.topic, key.partition)] = CommittedOffset(
-                        stored.offset, stored.leader_epoch, stored.metadata,
-                        stored.commit_timestamp)
-            elif isinstance(key, GroupKey):
-                loaded[key.group] = None if value is None else decode_group_value(value)
-        for group_id, value in loaded.items():
-            if value is None:
-                group = self.groups.get(group_id)
-                if group is not None and not group.offsets:
-                    del self.groups[group_id]
-                continue
-            group = self.groups.setdefault(group_id, Group(group_id))
-            self._restore(group, value)
+        self.groups.update(replay(records))
         log.info("Loaded %d group(s) from __consumer_offsets", len(self.groups))
 
-    def _restore(self, group: Group, value: GroupValue) -> None:
-        group.protocol_type = value.protocol_type or None
-        group.generation = value.generation
-        group.protocol_name = value.protocol
-        group.leader_id = value.leader
-        group.state_timestamp = value.state_timestamp
-        for stored in value.members:
-            member = Member(stored.member_id, stored.group_instance_id, stored.client_id,
-                            stored.client_host, stored.rebalance_timeout_ms,
-                            stored.session_timeout_ms, value.protocol_type,
-                            [(value.protocol or "", stored.subscription)], stored.assignment)
-            group.members[member.member_id] = member
-            if member.group_instance_id is not None:
-                group.static_members[member.group_instance_id] = member.member_id
-        # Members must heartbeat within their session timeout, or they are removed.
-        group.state = Stable if group.members else Empty
-
     def start_timers(self) -> None:
-        """Give loaded members their session deadlines (needs the running loop), and
-        rebalance groups that hold more members than group.max.size now allows (KIP-389)."""
-        for group in self.groups.values():
+        """Put groups given by load() in service (needs the running loop)."""
+        self._activate(self.groups.values())
+
+    def _activate(self, groups: Iterable[Group]) -> None:
+        """Give loaded members their session deadlines, and rebalance groups that hold more
+        members than group.max.size now allows (KIP-389)."""
+        for group in groups:
             for member in group.members.values():
                 self._schedule_expiry(group, member)
             if len(group.members) > self.settings.max_size:
@@ -156,8 +191,9 @@ class GroupCoordinator:
                    protocols: list[tuple[str, bytes]], require_known_member_id: bool,
                    supports_skip_assignment: bool = True) -> JoinResult:
         settings = self.settings
-        if not self.coordinates(group_id):
-            return JoinResult(ErrorCode.not_coordinator.value, member_id)
+        error = self.group_error(group_id)
+        if error is not ErrorCode.none:
+            return JoinResult(error.value, member_id)
         if not group_id:
             return JoinResult(ErrorCode.invalid_group_id.value, member_id)
         if not settings.min_session_timeout_ms <= session_timeout_ms <= \
@@ -272,7 +308,12 @@ class GroupCoordinator:
         if group.is_(Stable) and group.select_protocol() == group.protocol_name:
             # Same protocol: keep the assignment, store the new member and its metadata.
             self._schedule_expiry(group, member)
-            self._persist_group(group)
+            error = await self._persist_group(group)
+            if error is not ErrorCode.none:
+                self._restore_static_member(group, old, member, was_leader)
+                return JoinResult(error.value, "")
+            if group.is_(Dead):  # unloaded while the write was under way
+                return JoinResult(ErrorCode.not_coordinator.value, new_id)
             log.info("Static member %s of group %s rejoined as %s without a rebalance",
                      instance_id, group.group_id, new_id)
             result = self._current_join_result(group, member)
@@ -290,6 +331,17 @@ class GroupCoordinator:
         self._prepare_rebalance(group, f"static member {instance_id} rejoined")
         self._maybe_complete_join(group)
         return await member.join_waiter
+
+    def _restore_static_member(self, group: Group, old: Member, new: Member,
+                               was_leader: bool) -> None:
+        """The new member id could not be stored: the old one stays valid, as in Kafka."""
+        if group.is_(Dead) or group.members.get(new.member_id) is not new:
+            return  # unloaded or changed meanwhile: what happened since stands
+        group.remove_member(new.member_id)
+        group.add_member(old)
+        if was_leader:
+            group.leader_id = old.member_id
+        self._schedule_expiry(group, old)
 
     def _current_join_result(self, group: Group, member: Member) -> JoinResult:
         self._schedule_expiry(group, member)
@@ -374,7 +426,7 @@ class GroupCoordinator:
             group.protocol_name = None
             group.leader_id = None
             group.transition(Empty, now)
-            self._persist_group(group)
+            self._writer.store_later(group.group_id, self._group_records(group))
             log.info("Group %s with generation %d is now empty", group.group_id,
                      group.generation)
             return
@@ -402,8 +454,9 @@ class GroupCoordinator:
     async def sync(self, group_id: str, generation: int, member_id: str,
                    instance_id: str | None, protocol_type: str | None,
                    protocol_name: str | None, assignments: dict[str, bytes]) -> SyncResult:
-        if not self.coordinates(group_id):
-            return SyncResult(ErrorCode.not_coordinator.value)
+        owner_error = self.group_error(group_id)
+        if owner_error is not ErrorCode.none:
+            return SyncResult(owner_error.value)
         group = self.groups.get(group_id)
         if group is None or group.is_(Empty, Dead):
             return SyncResult(ErrorCode.unknown_member_id.value)
@@ -421,22 +474,37 @@ class GroupCoordinator:
         self._schedule_expiry(group, member)
         if group.is_(Stable):
             return self._sync_result(group, member)
+        if member.awaiting_sync and member.sync_waiter is not None:
+            # Sent again while the first still waits (the leader's may be being stored):
+            # both get the one answer.
+            return await asyncio.shield(member.sync_waiter)
         waiter = member.sync_waiter = asyncio.get_running_loop().create_future()
         if member_id == group.leader_id:
-            for each in group.members.values():
-                each.assignment = assignments.get(each.member_id, b"")
-            if not self._persist_group(group):
-                # Not durable, so not given out: everyone rejoins (Kafka does the same).
-                for each in group.members.values():
-                    if each.awaiting_sync and each.sync_waiter is not None:
-                        each.sync_waiter.set_result(SyncResult(ErrorCode.not_coordinator.value))
-                self._prepare_rebalance(group, "the group could not be stored")
-                return await waiter
-            group.transition(Stable, _now_ms())
-            for each in group.members.values():
-                if each.awaiting_sync and each.sync_waiter is not None:
-                    each.sync_waiter.set_result(self._sync_result(group, each))
+            await self._complete_sync(group, assignments)
         return await waiter
+
+    async def _complete_sync(self, group: Group, assignments: dict[str, bytes]) -> None:
+        """Store the leader's assignment; once stored, hand it out and be Stable."""
+        generation = group.generation
+        for each in group.members.values():
+            each.assignment = assignments.get(each.member_id, b"")
+        error = await self._persist_group(group)
+        if not group.is_(Completing) or group.generation != generation:
+            # Unloaded, or a member left or joined while the write was under way: the
+            # rebalance that followed has answered the members waiting here.
+            return
+        if error is not ErrorCode.none:
+            # Not durable, so not given out: everyone rejoins (Kafka does the same).
+            for each in group.members.values():
+                each.assignment = b""
+                if each.awaiting_sync and each.sync_waiter is not None:
+                    each.sync_waiter.set_result(SyncResult(error.value))
+            self._prepare_rebalance(group, "the group could not be stored")
+            return
+        group.transition(Stable, _now_ms())
+        for each in group.members.values():
+            if each.awaiting_sync and each.sync_waiter is not None:
+                each.sync_waiter.set_result(self._sync_result(group, each))
 
     @staticmethod
     def _sync_result(group: Group, member: Member) -> SyncResult:
@@ -447,8 +515,13 @@ class GroupCoordinator:
 
     def heartbeat(self, group_id: str, generation: int, member_id: str,
                   instance_id: str | None) -> ErrorCode:
-        if not self.coordinates(group_id):
-            return ErrorCode.not_coordinator
+        owner_error = self.group_error(group_id)
+        if owner_error is ErrorCode.coordinator_load_in_progress:
+            # Kafka answers blindly while the group loads: the member is not at fault,
+            # and its session starts afresh once the group is loaded.
+            return ErrorCode.none
+        if owner_error is not ErrorCode.none:
+            return owner_error
         group = self.groups.get(group_id)
         if group is None or group.is_(Empty, Dead):
             return ErrorCode.unknown_member_id
@@ -464,8 +537,9 @@ class GroupCoordinator:
 
     def leave(self, group_id: str, leaving: Sequence[tuple[str, str | None]]
               ) -> list[ErrorCode]:
-        if not self.coordinates(group_id):
-            return [ErrorCode.not_coordinator for _ in leaving]
+        owner_error = self.group_error(group_id)
+        if owner_error is not ErrorCode.none:
+            return [owner_error for _ in leaving]
         group = self.groups.get(group_id)
         if group is None or group.is_(Dead):
             return [ErrorCode.unknown_member_id for _ in leaving]
@@ -538,7 +612,11 @@ class GroupCoordinator:
 
     # --- persistence ---------------------------------------------------------------------
 
-    def _persist_group(self, group: Group) -> bool:
+    async def _persist_group(self, group: Group) -> ErrorCode:
+        return await self._writer.store(group.group_id, self._group_records(group), offsets=False)
+
+    @staticmethod
+    def _group_records(group: Group) -> list[Record]:
         members = tuple(MemberValue(
             m.member_id, m.group_instance_id, m.client_id, m.client_host,
             m.rebalance_timeout_ms, m.session_timeout_ms,
@@ -546,17 +624,18 @@ class GroupCoordinator:
             for m in group.members.values())
         value = GroupValue(group.protocol_type or "", group.generation, group.protocol_name,
                            group.leader_id, group.state_timestamp, members)
-        return self._store(group.group_id, [(encode_group_key(GroupKey(group.group_id)),
-                                             encode_group_value(value))])
+        return [(encode_group_key(GroupKey(group.group_id)), encode_group_value(value))]
 
     # --- offsets -------------------------------------------------------------------------
 
-    def commit(self, group_id: str, generation: int, member_id: str, instance_id: str | None,
-               commits: Sequence[OffsetCommit]) -> list[ErrorCode]:
+    async def commit(self, group_id: str, generation: int, member_id: str,
+                     instance_id: str | None, commits: Sequence[OffsetCommit]
+                     ) -> list[ErrorCode]:
         if not group_id:
             return [ErrorCode.invalid_group_id for _ in commits]
-        if not self.coordinates(group_id):
-            return [ErrorCode.not_coordinator for _ in commits]
+        owner_error = self.group_error(group_id)
+        if owner_error is not ErrorCode.none:
+            return [owner_error for _ in commits]
         group = self.groups.get(group_id)
         error: ErrorCode | None = None
         if group is None:
@@ -599,8 +678,9 @@ class GroupCoordinator:
                 accepted.append((commit, stored))
                 results.append(ErrorCode.none)
         if records:
-            if not self._store(group_id, records):
-                return [ErrorCode.not_coordinator for _ in commits]
+            error = await self._writer.store(group_id, records, offsets=True)
+            if error is not ErrorCode.none:
+                return [error if result is ErrorCode.none else result for result in results]
             for commit, stored in accepted:
                 group.offsets[(commit.topic, commit.partition)] = stored
         return results
@@ -635,7 +715,7 @@ class GroupCoordinator:
                 records.append((encode_offset_key(OffsetKey(group_id, topic, partition)), None))
             results.append(ErrorCode.none)
         if records:
-            self._store(group_id, records)
+            self._writer.store_later(group_id, records)
         return ErrorCode.none, results
 
     def drop_offsets_of_deleted_topics(self, exists: Callable[[str], bool]) -> int:
@@ -648,7 +728,7 @@ class GroupCoordinator:
                 continue
             for key in gone:
                 del group.offsets[key]
-            self._store(group.group_id, [
+            self._writer.store_later(group.group_id, [
                 (encode_offset_key(OffsetKey(group.group_id, topic, partition)), None)
                 for topic, partition in gone])
             dropped += len(gone)
@@ -661,10 +741,11 @@ class GroupCoordinator:
         results = []
         for group_id in group_ids:
             group = self.groups.get(group_id)
+            owner_error = self.group_error(group_id)
             if not group_id:
                 results.append(ErrorCode.invalid_group_id)
-            elif not self.coordinates(group_id):
-                results.append(ErrorCode.not_coordinator)
+            elif owner_error is not ErrorCode.none:
+                results.append(owner_error)
             elif group is None or group.is_(Dead):
                 results.append(ErrorCode.group_id_not_found)
             elif not group.is_(Empty):
@@ -679,7 +760,7 @@ class GroupCoordinator:
             (encode_offset_key(OffsetKey(group.group_id, topic, partition)), None)
             for topic, partition in group.offsets]
         records.append((encode_group_key(GroupKey(group.group_id)), None))
-        self._store(group.group_id, records)
+        self._writer.store_later(group.group_id, records)
         group.transition(Dead, _now_ms())
         del self.groups[group.group_id]
         log.info("Deleted group %s", group.group_id)
@@ -701,7 +782,7 @@ class GroupCoordinator:
                     records.append((encode_offset_key(OffsetKey(group.group_id, topic,
                                                                 partition)), None))
             if records:
-                self._store(group.group_id, records)
+                self._writer.store_later(group.group_id, records)
                 expired += len(records)
             if not group.offsets and not group.members:
                 self._delete_group(group)
@@ -726,6 +807,8 @@ class GroupCoordinator:
         return None
 
     def shutdown(self) -> None:
+        if self._loader is not None:
+            self._loader.shutdown()
         for group in self.groups.values():
             if group.join_timer is not None:
                 group.join_timer.cancel()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
@@ -152,6 +152,23 @@ class Group:
         if self.leader_id == member_id:
             self.leader_id = next(iter(self.members), None)
         return member
+
+    def shut_out(self, join_answer: JoinResult, sync_answer: SyncResult, now_ms: int) -> None:
+        """This node stops coordinating the group: its timers stop, members waiting for a
+        join or a sync get the answers given (with their own member id), and it is Dead."""
+        if self.join_timer is not None:
+            self.join_timer.cancel()
+            self.join_timer = None
+        for pending in self.pending_members.values():
+            pending.cancel()
+        self.pending_members.clear()
+        for member in self.members.values():
+            member.cancel_timer()
+            if member.awaiting_join and member.join_waiter is not None:
+                member.join_waiter.set_result(replace(join_answer, member_id=member.member_id))
+            if member.awaiting_sync and member.sync_waiter is not None:
+                member.sync_waiter.set_result(sync_answer)
+        self.transition(GroupState.DEAD, now_ms)
 
     def supports(self, protocol_type: str, protocols: list[tuple[str, bytes]]) -> bool:
         """A joining member fits if its protocol type matches and it shares a protocol."""

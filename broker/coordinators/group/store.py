@@ -2,36 +2,59 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Protocol
 
-from moldau.broker.metadata.controller import Controller, NewTopic
+from moldau.broker.coordinators.group.records import OFFSETS_TOPIC
+from moldau.broker.metadata.controller import CreatedTopic, NewTopic
 from moldau.broker.replication.manager import ReplicaManager
 from moldau.errors import ErrorCode, KafkaError
 from moldau.records.batch import parse_header
 from moldau.records.codec import build_batch, decode_records, iter_batches
 
+__all__ = ["OFFSETS_TOPIC", "OffsetsTopic"]
+
 log = logging.getLogger("moldau.broker.groups")
 
-OFFSETS_TOPIC = "__consumer_offsets"
 READ_CHUNK = 1 << 20
+# Kafka's offsets.commit.timeout.ms: how long a write waits for the in-sync replicas.
+COMMIT_TIMEOUT_MS = 5000
+# The records are built here, so any Produce version's rules hold; this is the newest.
+PRODUCE_VERSION = 12
 
 Record = tuple[bytes, bytes | None]
 
 
+class TopicCreator(Protocol):
+    """The controller (or the channel to it) as far as creating the topic goes."""
+
+    def live_brokers(self) -> list[int]: ...
+
+    async def create_topics(self, topics: Sequence[NewTopic], *, validate_only: bool
+                            ) -> Sequence[CreatedTopic | KafkaError]: ...
+
+
 class OffsetsTopic:
-    def __init__(self, controller: Controller, replicas: ReplicaManager, *, partitions: int,
-                 replication_factor: int, segment_bytes: int) -> None:
+    def __init__(self, controller: TopicCreator, replicas: ReplicaManager, *, partitions: int,
+                 replication_factor: int, segment_bytes: int,
+                 commit_timeout_ms: int = COMMIT_TIMEOUT_MS) -> None:
         self.controller = controller
         self.replicas = replicas
         self.partitions = partitions
         self.replication_factor = replication_factor
         self.segment_bytes = segment_bytes
+        self.commit_timeout_ms = commit_timeout_ms
+        # Whether the replica manager can append here and wait for the in-sync replicas;
+        # until it can, the leader's log is appended to directly (a single node's ISR).
+        accepted = inspect.signature(replicas.append).parameters
+        self.replicated = "timeout_ms" in accepted and "internal_topics_allowed" in accepted
 
     @property
     def exists(self) -> bool:
-        return OFFSETS_TOPIC in self.controller.image.topics
+        return OFFSETS_TOPIC in self.replicas.image.topics
 
     async def ensure_created(self) -> None:
         """Create the topic on first use, as Kafka does on the first FindCoordinator."""
@@ -56,13 +79,39 @@ class OffsetsTopic:
             return False
         return True
 
-    def write(self, partition: int, records: list[Record]) -> None:
-        """Append to the partition; raises KafkaError when this node cannot write it."""
+    def led_partitions(self) -> list[tuple[int, int]]:
+        """(partition, leader epoch) of every partition this node leads now."""
+        led = []
+        for partition in range(self.partitions) if self.exists else ():
+            try:
+                led.append((partition, self.replicas.leader(OFFSETS_TOPIC, partition)
+                            .leader_epoch))
+            except KafkaError:
+                continue
+        return led
+
+    async def write(self, partition: int, records: list[Record]) -> None:
+        """Append to the partition and wait for the in-sync replicas, as Kafka's
+        coordinator appends with acks=-1. Raises the append's KafkaError."""
         now = int(time.time() * 1000)
-        batch = bytearray(build_batch([(key, value, [], now) for key, value in records]))
+        batch = build_batch([(key, value, [], now) for key, value in records])
+        if not self.replicated:
+            self._append_to_leader(partition, bytearray(batch))
+            return
+        [result] = await self.replicas.append(
+            [(OFFSETS_TOPIC, partition, batch)], acks=-1, produce_version=PRODUCE_VERSION,
+            timeout_ms=self.commit_timeout_ms, internal_topics_allowed=True)
+        if result.error is not ErrorCode.none:
+            raise KafkaError(result.error, result.message)
+
+    def _append_to_leader(self, partition: int, batch: bytearray) -> None:
         leader = self.replicas.leader(OFFSETS_TOPIC, partition)
-        leader.log.append_as_leader(batch, [parse_header(batch)],
-                                    leader_epoch=leader.leader_epoch, log_append_time_ms=None)
+        try:
+            leader.log.append_as_leader(batch, [parse_header(batch)],
+                                        leader_epoch=leader.leader_epoch,
+                                        log_append_time_ms=None)
+        except OSError as exc:
+            raise KafkaError(ErrorCode.kafka_storage_error, str(exc)) from exc
         leader.log.high_watermark = leader.log.log_end_offset
 
     def read(self, partition: int) -> Iterator[Record]:

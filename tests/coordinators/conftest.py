@@ -1,0 +1,6 @@
+"""Make the shared helpers in offsets_node.py importable from the test modules here."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
