@@ -10,6 +10,7 @@ from typing import Any
 from moldau.broker.log.config import (
     COMPRESSION_TYPES,
     TIMESTAMP_TYPES,
+    TOPIC_CONFIG,
     LogConfig,
     effective_log_config,
 )
@@ -374,6 +375,11 @@ class BrokerConfig:
 
     def log_config(self, topic_overrides: Mapping[str, Any]) -> LogConfig:
         return effective_log_config(self.values, topic_overrides)
+
+    def topic_log_config(self, overrides: Mapping[str, str]) -> LogConfig:
+        """A topic's effective log config from its overrides as stored (strings)."""
+        return self.log_config({name: TOPIC_CONFIG[name].parse(value)
+                                for name, value in overrides.items()})
 
     def advertised_for(self, listener: str) -> Endpoint:
         for endpoint in self.advertised_listeners:

@@ -46,7 +46,7 @@ def topic_config_entries(broker: Broker, topic: str, *, keys: Any = None,
                          synonyms: bool = False, documentation: bool = False
                          ) -> list[dict[str, Any]]:
     overrides = broker.image.topic_configs(topic)
-    effective = broker.replicas.log_config_for(topic)
+    effective = broker.config.topic_log_config(overrides)
     entries = []
     for name, key in sorted(TOPIC_CONFIG.keys.items()):
         if keys and name not in keys:

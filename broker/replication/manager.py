@@ -25,7 +25,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 from moldau.broker.config import BrokerConfig
-from moldau.broker.log.config import TOPIC_CONFIG, LogConfig
+from moldau.broker.log.config import LogConfig
 from moldau.broker.log.manager import LogManager
 from moldau.broker.metadata.image import MetadataImage
 from moldau.broker.metadata.records import (
@@ -168,9 +168,7 @@ class ReplicaManager(LeaderAppends):
                     self.fetchers.broker_changed(broker_id)
 
     def log_config_for(self, topic: str) -> LogConfig:
-        overrides = {name: TOPIC_CONFIG[name].parse(value)
-                     for name, value in self.image.topic_configs(topic).items()}
-        return self.config.log_config(overrides)
+        return self.config.topic_log_config(self.image.topic_configs(topic))
 
     def _on_partition_record(self, record: PartitionRecord) -> None:
         topic = self.image.topics_by_id.get(record.topic_id)

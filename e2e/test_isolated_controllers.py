@@ -1,0 +1,53 @@
+"""Kafka's isolated mode: three controller-only nodes (process.roles=controller) form the
+quorum and two broker-only nodes serve clients, driven by librdkafka."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from e2e.conftest import Broker, free_port
+
+
+def test_controller_only_quorum_serves_broker_only_nodes(tmp_path: Path) -> None:
+    ports = [free_port() for _ in range(3)]
+    voters = ",".join(f"{node}@127.0.0.1:{port}" for node, port in enumerate(ports, 1))
+    nodes = [Broker(tmp_path / f"controller-{node}", {
+        "node.id": node, "process.roles": "controller", "controller.quorum.voters": voters,
+        "listeners": f"CONTROLLER://127.0.0.1:{port}"}) for node, port in enumerate(ports, 1)]
+    for node in nodes:
+        node.start()
+    brokers = [Broker(tmp_path / f"broker-{node}", {
+        "node.id": node, "process.roles": "broker", "controller.quorum.voters": voters,
+        "offsets.topic.replication.factor": 2}) for node in (4, 5)]
+    try:
+        for broker in brokers:
+            broker.start()
+        bootstrap = ",".join(broker.bootstrap for broker in brokers)
+        admin = AdminClient({"bootstrap.servers": brokers[0].bootstrap})
+        admin.create_topics([NewTopic("isolated", 2, 2)])["isolated"].result(30)
+        metadata = admin.list_topics("isolated", timeout=10)
+        assert sorted(metadata.brokers) == [4, 5]  # controllers are not brokers
+        assert all(sorted(p.replicas) == [4, 5]
+                   for p in metadata.topics["isolated"].partitions.values())
+        producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
+                             "enable.idempotence": True})
+        for number in range(100):
+            producer.produce("isolated", str(number).encode(), partition=number % 2)
+        assert producer.flush(30) == 0
+        consumer = Consumer({"bootstrap.servers": brokers[1].bootstrap, "group.id": "iso",
+                             "auto.offset.reset": "earliest"})
+        consumer.subscribe(["isolated"])
+        seen: list[int] = []
+        for _ in range(60):
+            seen += [int(m.value()) for m in consumer.consume(100, timeout=0.5)
+                     if m.error() is None]
+            if len(seen) >= 100:
+                break
+        consumer.close()
+        assert sorted(seen) == list(range(100))
+    finally:
+        for node in [*brokers, *nodes]:
+            node.stop()
