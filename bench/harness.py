@@ -4,9 +4,11 @@ generators, one table.
     .venv/bin/python -m bench [--quick] [--only WORKLOAD ...] [--out docs/benchmarks.md]
 
 Measures the machine's limits (loopback TCP, disk), then starts Moldau, runs every selected
-workload, stops it, and does the same with Kafka. Progress goes to the terminal; the table
-goes to the terminal and to --out. A run with --only writes --out only when it is given,
-so a partial run does not replace the full table.
+workload, stops it, runs the RF 3 workloads (`cluster`) against a three-node Moldau cluster,
+and does the same with Kafka. Progress goes to the terminal; the table goes to the terminal
+and to --out. A run with --only writes --out only when it is given, so a partial run does not
+replace the full table; `startup` comes with every single-node workload, `--only cluster`
+starts no single node.
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from bench import brokers, machine, procs, report, tools
-from bench.workloads import GIB, GROUPS, MIB, BrokerRun, Plan, define_rows
+from bench import brokers, clusters, machine, procs, report, tools
+from bench.cluster_workloads import ClusterRun
+from bench.workloads import CLUSTER_GROUP, GIB, GROUPS, MIB, BrokerRun, Plan, define_rows
 from e2e import kafka_dist
 
 REPO = Path(__file__).resolve().parents[1]
@@ -82,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     plan = Plan.make(args.quick)
     if args.repeats is not None:
         plan = dataclasses.replace(plan, repeats=max(1, args.repeats))
-    groups = [g for g in GROUPS if args.only is None or g in args.only or g == "startup"]
+    groups = select_groups(args.only)
     out = args.out if args.out is not None else (DEFAULT_OUT if args.only is None else None)
     progress = Progress()
     load_before = machine.load_average()
@@ -106,13 +109,18 @@ def main(argv: list[str] | None = None) -> int:
         if args.only is None or LIMIT_GROUP in args.only:
             needs |= {"loopback", "disk_write", "disk_read"}
         limits = measure_limits(needs, bench_dir, plan, progress, notes)
+        single = [g for g in groups if g != CLUSTER_GROUP]
         for kind in args.brokers:
-            run_broker(kind, plan, by_id, groups, bench_dir, progress, moldau_perf)
+            if single:
+                run_broker(kind, plan, by_id, single, bench_dir, progress, moldau_perf)
+            if CLUSTER_GROUP in groups:
+                run_cluster(kind, plan, by_id, bench_dir, progress)
     except KeyboardInterrupt:
         interrupted = True
         progress("interrupted: stopping brokers and load generators")
     finally:
         procs.kill_all()
+        clusters.kill_all()
         for leftover in list(kafka_dist._RUNNING):  # any Kafka node not yet stopped
             leftover.kill()
         brokers.remove(bench_dir)
@@ -138,6 +146,15 @@ def main(argv: list[str] | None = None) -> int:
                             command, plan, rows, notes, args.only))
         print(f"wrote {out}")
     return 0
+
+
+def select_groups(only: list[str] | None) -> list[str]:
+    """The workload groups to run, in table order: all of them, or those of --only, with
+    `startup` (it starts the single node) whenever a single-node group is among them."""
+    groups = [g for g in GROUPS if only is None or g in only]
+    if any(g != CLUSTER_GROUP for g in groups) and "startup" not in groups:
+        groups.insert(0, "startup")
+    return groups
 
 
 def _own_cpu_seconds() -> float:
@@ -218,6 +235,20 @@ def run_broker(kind: str, plan: Plan, rows: dict[str, report.Row], groups: list[
             run.fail(["shutdown"], str(exc))
     broker.kill9()
     brokers.remove(workdir)
+
+
+def run_cluster(kind: str, plan: Plan, rows: dict[str, report.Row], bench_dir: Path,
+                progress: Progress) -> None:
+    """The RF 3 rows against a three-node cluster of `kind`, killed and removed afterwards."""
+    workdir = bench_dir / f"{kind}-cluster"
+    cluster = clusters.make(kind, workdir)
+    run = ClusterRun(kind, cluster, plan, rows, progress)
+    try:
+        run.run([r.id for r in rows.values() if r.group == CLUSTER_GROUP])
+    finally:
+        progress(f"{run.name}: killing the cluster (not measured)")
+        cluster.kill_all()
+        brokers.remove(workdir)
 
 
 def _run_groups(run: BrokerRun, broker: brokers.BenchBroker, rows: dict[str, report.Row],
@@ -329,7 +360,7 @@ def page(text: str, found: list[report.Target], limits: dict[str, float],
     lines += METHOD.format(kafka=kafka_dist.kafka_version(), rate=plan.latency_rate,
                            conns=plan.connections, recovery=report.size(plan.recovery_bytes),
                            warmup=plan.warmup_records, lat_warmup=plan.latency_warmup,
-                           disk=plan.disk_bytes / MIB,
+                           disk=plan.disk_bytes / MIB, rf3_warmup=plan.rf3_warmup,
                            jvm=" ".join(kafka_dist.BROKER_JVM_OPTS),
                            tools_jvm=" ".join(tools.PERF_JVM_OPTS)).splitlines()
     return "\n".join(lines).rstrip() + "\n"
@@ -345,6 +376,16 @@ page cache and the kernel's write-back decide), `num.partitions=1`, replication 
 broker and controller (metadata version 4.0-IV3, the protocol Moldau implements) with the
 JVM options `{jvm}`, through `e2e/kafka_dist.py`; Moldau runs as `moldau broker` with
 `--override` for the same settings.
+
+**Clusters.** The RF 3 rows run against three nodes of each broker, after its single node
+has stopped: Moldau through `moldau.cluster.LocalCluster` (three `moldau broker` processes,
+each broker and controller), Kafka as three combined broker and controller nodes, storage
+formatted with one cluster id and a static three-voter `controller.quorum.voters`, each JVM
+with the options above. Both on 127.0.0.1 under the bench directory, with the single node's
+settings plus `broker.session.timeout.ms=9000` and `broker.heartbeat.interval.ms=2000`
+(Kafka's defaults, the same names and defaults in Moldau) and replication factor 3 for the
+internal topics. Each cluster gets {rf3_warmup:,} records of 1 KiB produced with acks=all into
+an RF 3 topic as an unmeasured warm-up, and is killed when its workloads are done.
 
 **Load generators.** Kafka's own `ProducerPerformance`, `ConsumerPerformance` and
 `EndToEndLatency` (from kafka-tools, JVM options `{tools_jvm}`), and librdkafka: through
@@ -363,8 +404,10 @@ that Kafka's JIT compiler is not measured while it is still cold.
   at rest 3 s after start-up, and the peak of samples taken every 200 ms during the
   1 KiB acks=1 produce run.
 - *Produce*: `ProducerPerformance --throughput -1` into a new one-partition topic, 1 KiB
-  and 100 B random values, with acks=1 and acks=all. With one node acks=all is RF 1; the
-  RF 3 rows wait for replication in Moldau.
+  and 100 B random values, with acks=1 and acks=all. With one node acks=all is RF 1. The
+  RF 3 rows do the same with acks=all against a three-node cluster, into a one-partition
+  topic with three replicas and `min.insync.replicas=2`, so every acknowledgment waits for
+  a follower's fetch; fewer records than the RF 1 rows, to keep the run short.
 - *Consume*: the 1 KiB acks=1 topic read back from offset 0 by each consumer in turn.
   Hot: every segment file read just before, so the page cache holds it. Cold: `sync` and
   `echo 3 > /proc/sys/vm/drop_caches` just before. ConsumerPerformance's `fetch.MB.sec`
@@ -384,6 +427,17 @@ that Kafka's JIT compiler is not measured while it is still cold.
   NOT_LEADER_OR_FOLLOWER until the partition's log is open); then ProducerPerformance into
   the fresh topic with a round-robin partitioner, so every request carries many small
   per-partition batches, and the first writes to each partition's files are part of it.
+- *Leader failover*: a librdkafka producer (idempotent, acks=all, linger.ms=0) writes
+  numbered records at a steady rate into a fresh RF 3 topic whose leader is not the active
+  controller (so the metadata quorum keeps its leader); that leader's process gets SIGKILL.
+  Timed from the signal to the acknowledgment of the first record sent after it; the cell
+  also gives when a surviving broker's Metadata first named the new leader. The dead
+  broker is noticed through its missed heartbeats, so the session timeout makes up most of
+  the figure; afterwards the broker must hold exactly the records acknowledged.
+- *Controlled shutdown*: a topic whose partitions all have the same leader (not the active
+  controller) and three in-sync replicas; SIGTERM to that broker, then Metadata from another
+  broker every 5 ms until every partition names a new leader. The cell also gives when the
+  process exited. The broker is started again afterwards.
 - *Restart recovery*: the broker's log (every topic written so far) is topped up to at
   least {recovery}, the broker killed with SIGKILL, and started again; timed to the first
   ApiVersions and to the moment ListOffsets on every partition returns the acknowledged end offsets.

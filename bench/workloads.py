@@ -2,7 +2,8 @@
 
 Every workload creates its own topics explicitly (one partition unless said otherwise,
 replication factor 1) and checks afterwards that the broker holds what was acknowledged, so a
-fast figure from a broker that dropped records cannot pass unnoticed.
+fast figure from a broker that dropped records cannot pass unnoticed. The rows of the
+`cluster` group (replication factor 3) are defined here and run by bench/cluster_workloads.py.
 """
 
 from __future__ import annotations
@@ -38,7 +39,15 @@ CONSUMERS = (
     ("_kcat", "kcat", "librdkafka in C, values to /dev/null, "
      "max.partition.fetch.bytes=10485760"),
 )
-GROUPS = ("startup", "produce", "consume", "latency", "connections", "partitions", "recovery")
+# The last group runs against a three-node cluster of each broker instead of the single node.
+CLUSTER_GROUP = "cluster"
+GROUPS = ("startup", "produce", "consume", "latency", "connections", "partitions", "recovery",
+          CLUSTER_GROUP)
+# The RF 3 rows: topics with three replicas, acks=all needing two of them in sync.
+RF3_TOPIC = {"min.insync.replicas": "2"}
+FAILOVER_RATE = 1000  # records/s of the producer that keeps writing through a leader's death
+FAILOVER_SIZE = 100
+SHUTDOWN_PARTITIONS = 10  # all led by the broker that is shut down
 
 
 @dataclass
@@ -60,6 +69,9 @@ class Plan:
     recovery_bytes: int
     disk_bytes: int
     loopback_seconds: float
+    rf3_1k: int
+    rf3_100: int
+    rf3_warmup: int
     # Throughput and latency runs are repeated and the median reported: on a machine shared
     # with other work, one run can land on a burst of someone else's load.
     repeats: int
@@ -72,16 +84,17 @@ class Plan:
             return cls(True, produce_1k=200_000, produce_100=500_000, client_records=100_000,
                        warmup_records=50_000, latency_seconds=10, latency_warmup=3,
                        e2e_records=2_000, partition_records=50_000, recovery_bytes=300 * MIB,
-                       loopback_seconds=2.0, repeats=1, **common)
+                       loopback_seconds=2.0, rf3_1k=50_000, rf3_100=150_000,
+                       rf3_warmup=30_000, repeats=1, **common)
         return cls(False, produce_1k=500_000, produce_100=1_500_000, client_records=300_000,
                    warmup_records=250_000, latency_seconds=30, latency_warmup=5,
                    e2e_records=10_000, partition_records=200_000, recovery_bytes=2 * GIB,
-                   loopback_seconds=4.0, repeats=3, **common)
+                   loopback_seconds=4.0, rf3_1k=100_000, rf3_100=300_000, rf3_warmup=200_000,
+                   repeats=3, **common)
 
 
 def define_rows(plan: Plan, moldau_perf: bool) -> list[Row]:
     batched = f"batch.size={BATCHED['batch.size']} linger.ms={BATCHED['linger.ms']}"
-    rf3 = "needs 3 brokers: Moldau has no replication yet"
     rows = [
         Row("startup", "startup", "Start-up: process start to first ApiVersions", "s", "lower",
             "empty log dir (Kafka's storage format done beforehand)"),
@@ -101,12 +114,11 @@ def define_rows(plan: Plan, moldau_perf: bool) -> list[Row]:
                             "MiB/s", "higher",
                             f"{count:,} records, 1 partition, {batched}, --throughput -1",
                             limit="disk_write"))
-    for tag, name in (("1k", "1 KiB"), ("100", "100 B")):
-        row = Row(f"p{tag}_rf3", "produce", f"Produce {name}, acks=all, RF 3", "MiB/s",
-                  "higher", "3 brokers")
-        row.cells = {"moldau": Cell(status="n/a", reason=rf3),
-                     "kafka": Cell(status="n/a", reason="run once Moldau can be compared")}
-        rows.append(row)
+    for tag, name, count in (("1k", "1 KiB", plan.rf3_1k), ("100", "100 B", plan.rf3_100)):
+        rows.append(Row(f"p{tag}_rf3", CLUSTER_GROUP,
+                        f"Produce {name}, acks=all, RF 3 (ProducerPerformance)", "MiB/s",
+                        "higher", f"{count:,} records, 3 brokers, 1 partition, "
+                        f"min.insync.replicas=2, {batched}, --throughput -1"))
     rows.append(Row("p1k_rdk", "produce", "Produce 1 KiB, acks=1 (librdkafka)", "MiB/s",
                     "higher", f"{plan.client_records:,} records, 1 partition, "
                     "batch.size=1048576 linger.ms=5", limit="disk_write"))
@@ -152,6 +164,16 @@ def define_rows(plan: Plan, moldau_perf: bool) -> list[Row]:
             f"log topped up to at least {size_text(plan.recovery_bytes)}, all workloads' topics"),
         Row("rec_data", "recovery", "Restart after kill -9: to all end offsets back", "s",
             "lower", "ListOffsets on every partition matches what was acknowledged"),
+        Row("failover", CLUSTER_GROUP,
+            "Leader failover: kill -9 of the leader to the first acks=all produce", "s",
+            "lower", f"3 brokers, RF 3, min.insync.replicas=2, leader not the active "
+            f"controller; librdkafka, {FAILOVER_RATE:,} x {FAILOVER_SIZE} B/s, acks=all, "
+            "idempotent; to the ack of the first record sent after the kill; "
+            "broker.session.timeout.ms=9000"),
+        Row("ctl_shutdown", CLUSTER_GROUP,
+            "Controlled shutdown: SIGTERM of a leader to leaderships moved", "s", "lower",
+            f"3 brokers, RF 3; {SHUTDOWN_PARTITIONS} partitions all led by one broker (not the "
+            "active controller), until another broker's Metadata shows a new leader for each"),
     ]
     return rows
 
@@ -252,23 +274,15 @@ class Measured:
     records_per_s: float
 
 
-class BrokerRun:
-    """The workloads against one running broker; results go into the shared rows."""
+class Recorder:
+    """Fills one broker's cells of the shared rows, and says so on the terminal."""
 
-    def __init__(self, key: str, broker: brokers.BenchBroker, plan: Plan, rows: dict[str, Row],
-                 progress: Callable[[str], None], moldau_perf: bool) -> None:
+    def __init__(self, key: str, plan: Plan, rows: dict[str, Row],
+                 progress: Callable[[str], None]) -> None:
         self.key = key
-        self.broker = broker
         self.plan = plan
         self.rows = rows
         self.progress = progress
-        self.moldau_perf = moldau_perf
-        self.produced: dict[str, int] = {}
-        self.probes = 0
-
-    @property
-    def bootstrap(self) -> str:
-        return self.broker.bootstrap
 
     def cell(self, row_id: str) -> Cell:
         return self.rows[row_id].cells[self.key]
@@ -284,6 +298,37 @@ class BrokerRun:
             if self.cell(row_id).status == "not run":
                 self.rows[row_id].cells[self.key] = Cell(status="failed", reason=reason)
         self.progress(f"  !! {', '.join(row_ids)} failed: {reason}")
+
+    def _topics(self, base: str) -> list[str]:
+        """One fresh topic per repetition, so that each run writes to an empty log."""
+        return [base if rep == 0 else f"{base}-{rep + 1}" for rep in range(self.plan.repeats)]
+
+    def _throughput(self, row_id: str, results: list[Throughput]) -> None:
+        """The median run; with repetitions, [lowest–highest] MiB/s after it."""
+        ordered = sorted(results, key=lambda r: r.mib_per_s)
+        middle = ordered[len(ordered) // 2]
+        text = f"{fmt(middle.mib_per_s, 'MiB/s')} · {rate(middle.records_per_s)}"
+        low, high = ordered[0].mib_per_s, ordered[-1].mib_per_s
+        if len(ordered) > 1:
+            digits = 0 if low >= 100 else 1
+            text += f" [{low:,.{digits}f}–{high:,.{digits}f}]"
+        self.ok(row_id, middle.mib_per_s, text, (low, high) if len(ordered) > 1 else None)
+
+
+class BrokerRun(Recorder):
+    """The workloads against one running broker; results go into the shared rows."""
+
+    def __init__(self, key: str, broker: brokers.BenchBroker, plan: Plan, rows: dict[str, Row],
+                 progress: Callable[[str], None], moldau_perf: bool) -> None:
+        super().__init__(key, plan, rows, progress)
+        self.broker = broker
+        self.moldau_perf = moldau_perf
+        self.produced: dict[str, int] = {}
+        self.probes = 0
+
+    @property
+    def bootstrap(self) -> str:
+        return self.broker.bootstrap
 
     def attempt(self, row_ids: list[str], what: str, body: Callable[[], None]) -> None:
         """Run one workload; a failure marks its rows failed and the run goes on."""
@@ -342,21 +387,6 @@ class BrokerRun:
         if self.moldau_perf:
             self.attempt(["p1k_mperf"], "produce 1 KiB acks=1 (moldau perf produce)",
                          self._moldau_perf)
-
-    def _topics(self, base: str) -> list[str]:
-        """One fresh topic per repetition, so that each run writes to an empty log."""
-        return [base if rep == 0 else f"{base}-{rep + 1}" for rep in range(self.plan.repeats)]
-
-    def _throughput(self, row_id: str, results: list[Throughput]) -> None:
-        """The median run; with repetitions, [lowest–highest] MiB/s after it."""
-        ordered = sorted(results, key=lambda r: r.mib_per_s)
-        middle = ordered[len(ordered) // 2]
-        text = f"{fmt(middle.mib_per_s, 'MiB/s')} · {rate(middle.records_per_s)}"
-        low, high = ordered[0].mib_per_s, ordered[-1].mib_per_s
-        if len(ordered) > 1:
-            digits = 0 if low >= 100 else 1
-            text += f" [{low:,.{digits}f}–{high:,.{digits}f}]"
-        self.ok(row_id, middle.mib_per_s, text, (low, high) if len(ordered) > 1 else None)
 
     def _perf(self, row_id: str, size: int, count: int, acks: str) -> None:
         topics = self._topics(row_id.replace("_", "-"))
