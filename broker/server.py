@@ -187,7 +187,8 @@ class Broker:
                 if self.config["auto.leader.rebalance.enable"] \
                         and time.monotonic() >= next_rebalance:
                     next_rebalance = time.monotonic() + rebalance_s
-                    await self.controller.rebalance_leaders()
+                    await self.controller.rebalance_leaders(
+                        self.config["leader.imbalance.per.broker.percentage"])
             except KafkaError as exc:
                 log.debug("Controller maintenance: %s", exc)
             except Exception:

@@ -292,13 +292,24 @@ class Controller:
             if not broker.fenced and now - last > self.session_timeout_s:
                 await self._fence(broker_id, f"no heartbeat for {now - last:.1f} s")
 
-    async def rebalance_leaders(self) -> None:
-        """auto.leader.rebalance.enable: preferred replicas take their leadership back."""
+    async def rebalance_leaders(self, imbalance_percentage: int = 0) -> None:
+        """auto.leader.rebalance.enable: preferred replicas take their leadership back, for
+        each broker whose share of partitions led by someone else exceeds
+        leader.imbalance.per.broker.percentage (as Kafka decides it)."""
         if not self.quorum.is_active:
             return
         async with self._lock:
-            records = [change for record in self._partitions()
-                       if (change := with_preferred_leader(record, self._usable)) is not None]
+            by_preferred: dict[int, list[PartitionRecord]] = {}
+            for record in self._partitions():
+                by_preferred.setdefault(record.replicas[0], []).append(record)
+            records: list[MetadataRecord] = []
+            for partitions in by_preferred.values():
+                elsewhere = sum(record.leader != record.replicas[0] for record in partitions)
+                if elsewhere * 100 <= imbalance_percentage * len(partitions):
+                    continue
+                records += [change for record in partitions
+                            if (change := with_preferred_leader(record, self._usable))
+                            is not None]
             if records:
                 await self._commit(records)
                 log.info("Moved %d leadership(s) back to preferred replicas", len(records))

@@ -365,3 +365,27 @@ def test_a_stale_heartbeat_racing_a_registration_gives_no_leadership(tmp_path):
             await quorum.close()
 
     asyncio.run(main())
+
+
+def test_rebalancing_waits_for_the_imbalance_percentage(tmp_path):
+    async def main():
+        quorum = await open_quorum(tmp_path)
+        try:
+            controller = make_controller(quorum)
+            epochs = {broker: await register_live(controller, broker) for broker in (1, 2)}
+            created = await create(controller, "moved", {0: [1, 2]})
+            await controller.heartbeat(1, epochs[1], quorum.image.offset, want_fence=True)
+            await controller.heartbeat(1, epochs[1], quorum.image.offset)  # unfenced
+            moved = partition(controller, "moved")
+            await controller.alter_partition(2, epochs[2], created.topic_id, 0,
+                                             moved.leader_epoch, moved.partition_epoch, [1, 2])
+            # Broker 1 is preferred for 10 partitions and 1 of them is led elsewhere: 10 %.
+            await create(controller, "stays", {p: [1, 2] for p in range(9)})
+            await controller.rebalance_leaders(10)
+            assert partition(controller, "moved").leader == 2  # not above 10 %
+            await controller.rebalance_leaders(5)
+            assert partition(controller, "moved").leader == 1
+        finally:
+            await quorum.close()
+
+    asyncio.run(main())
