@@ -34,8 +34,20 @@ async def _serve(config: BrokerConfig) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    # Start-up can wait a long time (for a controller quorum to form, say): a signal then
+    # stops the broker instead of being held until start-up is over.
+    starting = asyncio.create_task(broker.start())
+    stopping = asyncio.create_task(stop.wait())
+    await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    if not starting.done():
+        log.info("Stopping during start-up")
+        starting.cancel()
+        await asyncio.gather(starting, return_exceptions=True)
+        await broker.stop()
+        return 0
+    stopping.cancel()
     try:
-        await broker.start()
+        starting.result()
     except ConfigError as exc:
         print(f"moldau broker: {exc}", file=sys.stderr)
         await broker.stop()

@@ -3,6 +3,9 @@ quorum and two broker-only nodes serve clients, driven by librdkafka."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 from confluent_kafka import Consumer, Producer
@@ -51,3 +54,24 @@ def test_controller_only_quorum_serves_broker_only_nodes(tmp_path: Path) -> None
     finally:
         for node in [*brokers, *nodes]:
             node.stop()
+
+
+def test_a_broker_waiting_for_its_controllers_stops_on_sigterm(tmp_path: Path) -> None:
+    """No controller ever answers: start-up waits, and SIGTERM still stops the process."""
+    voters = f"1@127.0.0.1:{free_port()}"
+    broker = Broker(tmp_path / "broker", {"node.id": 2, "process.roles": "broker",
+                                          "controller.quorum.voters": voters})
+    proc = subprocess.Popen(broker.command(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        time.sleep(2)
+        assert proc.poll() is None, "the broker should still be waiting for a controller"
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=20)
+        assert proc.returncode == 0, err[-2000:]
+        assert "moldau broker ready" not in out
+        assert "Stopping during start-up" in err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
