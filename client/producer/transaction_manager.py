@@ -160,10 +160,21 @@ class TransactionManager:
         """For sequence-related errors: True to retry, False to fail the batch; None when
         the error is not about sequences (the caller decides by its retriable flag)."""
         if code is ErrorCode.out_of_order_sequence_number:
+            if not batch.has_sequence:
+                return False
+            last = self._last_acked.get(batch.tp, -1)
+            if last >= 0 and batch.base_sequence <= last:
+                # A later batch was written first (this one failed retriably, e.g. on a
+                # leader that was not ready, while the next was in flight; a broker takes any
+                # first sequence of a producer it has no state for). Its sequence cannot be
+                # written any more: start a new epoch and send it again under that.
+                self.request_epoch_bump(f"{batch.tp}: sequence {batch.base_sequence} was "
+                                        f"overtaken by sequence {last}")
+                return True
             # Retry when an earlier batch has not been written yet (it is being retried or
             # failed): this one is rejected only because of it. Otherwise the broker lost
             # records or state, and the batch fails.
-            return batch.has_sequence and not self.is_next_sequence(batch)
+            return not self.is_next_sequence(batch)
         if code in (ErrorCode.unknown_producer_id, ErrorCode.invalid_producer_epoch):
             # The broker lost or no longer accepts this producer's state: start a new
             # epoch and send the batch again under it.
