@@ -27,7 +27,7 @@ import pytest
 from e2e.support import unique, wait_until
 from moldau.client import Admin, Consumer, Producer, TopicPartition
 from moldau.client.admin import ElectionType, NewTopic, PartitionReassignment
-from moldau.client.errors import ErrorCode, KafkaError
+from moldau.client.errors import ErrorCode, KafkaError, UnknownTopicOrPartitionError
 from moldau.cluster import ClusterError, LocalCluster, free_base_port
 
 pytestmark = pytest.mark.timeout(300)
@@ -121,7 +121,10 @@ def partition_state(admin: Admin, tp: TopicPartition) -> tuple[int, tuple[int, .
 def wait_in_sync(admin: Admin, tp: TopicPartition, replicas: tuple[int, ...],
                  timeout: float = 60) -> None:
     def settled() -> bool:
-        leader, current, isr = partition_state(admin, tp)
+        try:
+            leader, current, isr = partition_state(admin, tp)
+        except UnknownTopicOrPartitionError:
+            return False  # the broker asked has not applied the topic's creation yet
         return current == replicas and set(isr) == set(replicas) and leader in replicas \
             and tp not in admin.list_partition_reassignments([tp])
 
