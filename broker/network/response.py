@@ -62,8 +62,14 @@ async def _send_region(loop: asyncio.AbstractEventLoop, writer: asyncio.StreamWr
                        region: FileRegion) -> None:
     # No asyncio fallback: it seeks the shared segment file object, which races with other
     # connections. Without native sendfile (e.g. TLS), copy the region with pread instead.
+    if writer.transport.is_closing():
+        raise ConnectionResetError("the client closed the connection")
     try:
         await loop.sendfile(writer.transport, region.file, region.position, region.size,
                             fallback=False)
     except asyncio.SendfileNotAvailableError:
         writer.write(region.read())
+    except RuntimeError as exc:
+        if writer.transport.is_closing():  # closed by the client during the send
+            raise ConnectionResetError(str(exc)) from None
+        raise
