@@ -241,7 +241,6 @@ def test_offsets_topic_appends_with_acks_all_when_the_replica_manager_can():
         replicas = ReplicatingReplicas()
         topic = OffsetsTopic(None, replicas, partitions=3,  # type: ignore[arg-type]
                              replication_factor=3, segment_bytes=1 << 20)
-        assert topic.replicated
         await topic.write(2, [(b"k", b"v")])
         [call] = replicas.calls
         assert call["acks"] == -1 and call["timeout_ms"] == COMMIT_TIMEOUT_MS
@@ -260,36 +259,7 @@ def test_offsets_topic_appends_with_acks_all_when_the_replica_manager_can():
 def test_offsets_topic_writes_through_the_replica_manager(tmp_path):
     node = OffsetsNode(tmp_path)
     try:
-        assert node.topic.replicated
         run(node.topic.write(1, [(b"k1", b"v1"), (b"k2", None)]))
-        assert list(node.topic.read(1)) == [(b"k1", b"v1"), (b"k2", None)]
-        log = node.replicas.leader("__consumer_offsets", 1).log
-        assert log.high_watermark == log.log_end_offset == 2
-    finally:
-        node.close()
-
-
-class ReplicasWithoutAcksAll:
-    """A replica manager whose append neither waits for replicas nor takes internal
-    topics: the offsets topic then appends to the leader's log itself."""
-
-    def __init__(self, real) -> None:
-        self.real = real
-
-    async def append(self, entries, *, acks: int, produce_version: int):
-        raise AssertionError("not used")
-
-    def leader(self, topic: str, index: int):
-        return self.real.leader(topic, index)
-
-
-def test_offsets_topic_appends_to_the_leader_log_without_acks_all(tmp_path):
-    node = OffsetsNode(tmp_path)
-    try:
-        topic = OffsetsTopic(None, ReplicasWithoutAcksAll(node.replicas),  # type: ignore
-                             partitions=3, replication_factor=1, segment_bytes=1 << 20)
-        assert not topic.replicated
-        run(topic.write(1, [(b"k1", b"v1"), (b"k2", None)]))
         assert list(node.topic.read(1)) == [(b"k1", b"v1"), (b"k2", None)]
         log = node.replicas.leader("__consumer_offsets", 1).log
         assert log.high_watermark == log.log_end_offset == 2

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import logging
 import time
 from collections.abc import Iterator, Sequence
@@ -12,7 +11,6 @@ from moldau.broker.coordinators.group.records import OFFSETS_TOPIC
 from moldau.broker.metadata.controller import CreatedTopic, NewTopic
 from moldau.broker.replication.manager import ReplicaManager
 from moldau.errors import ErrorCode, KafkaError
-from moldau.records.batch import parse_header
 from moldau.records.codec import build_batch, decode_records, iter_batches
 
 __all__ = ["OFFSETS_TOPIC", "OffsetsTopic"]
@@ -47,10 +45,6 @@ class OffsetsTopic:
         self.replication_factor = replication_factor
         self.segment_bytes = segment_bytes
         self.commit_timeout_ms = commit_timeout_ms
-        # Whether the replica manager can append here and wait for the in-sync replicas;
-        # until it can, the leader's log is appended to directly (a single node's ISR).
-        accepted = inspect.signature(replicas.append).parameters
-        self.replicated = "timeout_ms" in accepted and "internal_topics_allowed" in accepted
 
     @property
     def exists(self) -> bool:
@@ -69,16 +63,6 @@ class OffsetsTopic:
                 result.code is not ErrorCode.topic_already_exists:
             raise result
 
-    def leads(self, partition: int) -> bool:
-        """Whether this node leads the partition (and so coordinates its groups)."""
-        if not self.exists:
-            return False
-        try:
-            self.replicas.leader(OFFSETS_TOPIC, partition)
-        except KafkaError:
-            return False
-        return True
-
     def led_partitions(self) -> list[tuple[int, int]]:
         """(partition, leader epoch) of every partition this node leads now."""
         led = []
@@ -95,24 +79,11 @@ class OffsetsTopic:
         coordinator appends with acks=-1. Raises the append's KafkaError."""
         now = int(time.time() * 1000)
         batch = build_batch([(key, value, [], now) for key, value in records])
-        if not self.replicated:
-            self._append_to_leader(partition, bytearray(batch))
-            return
         [result] = await self.replicas.append(
             [(OFFSETS_TOPIC, partition, batch)], acks=-1, produce_version=PRODUCE_VERSION,
             timeout_ms=self.commit_timeout_ms, internal_topics_allowed=True)
         if result.error is not ErrorCode.none:
             raise KafkaError(result.error, result.message)
-
-    def _append_to_leader(self, partition: int, batch: bytearray) -> None:
-        leader = self.replicas.leader(OFFSETS_TOPIC, partition)
-        try:
-            leader.log.append_as_leader(batch, [parse_header(batch)],
-                                        leader_epoch=leader.leader_epoch,
-                                        log_append_time_ms=None)
-        except OSError as exc:
-            raise KafkaError(ErrorCode.kafka_storage_error, str(exc)) from exc
-        leader.log.high_watermark = leader.log.log_end_offset
 
     def read(self, partition: int) -> Iterator[Record]:
         """Every keyed record of a partition this node leads, in offset order."""
