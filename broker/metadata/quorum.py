@@ -13,11 +13,9 @@ any earlier leader committed before it decides anything.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -44,7 +42,6 @@ class MetadataStateMachine:
     def __init__(self, image: MetadataImage) -> None:
         self.image = image
         self.publishers: list[Publisher] = []
-        self.applied = asyncio.Event()
 
     def apply(self, offset: int, payload: bytes) -> None:
         records = decode_records(payload)
@@ -73,8 +70,6 @@ class MetadataStateMachine:
                 publish(records)
             except Exception:
                 log.exception("Publishing metadata failed")
-        self.applied.set()
-        self.applied = asyncio.Event()
 
 
 class _NoPeers:
@@ -196,30 +191,6 @@ class MetadataQuorum:
             return False
         state = driver.node.state
         return isinstance(state, LeaderState) and driver.applied_offset > state.epoch_start_offset
-
-    @property
-    def applied_offset(self) -> int:
-        return self.driver.applied_offset if self.driver is not None else 0
-
-    def controller_address(self) -> tuple[int, tuple[str, int] | None] | None:
-        leader = self.leader_id
-        if leader is None:
-            return None
-        return leader, self.voters.get(leader)
-
-    async def wait_for_change(self, timeout_s: float) -> None:
-        """Until something new is applied (or the timeout passes)."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.state_machine.applied.wait(), timeout_s)
-
-    async def wait_until_active_or_led(self, timeout_s: float) -> None:
-        """Until a leader is known (and, when it is this node, active)."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            leader = self.leader_id
-            if leader is not None and (leader != self.node_id or self.is_active):
-                return
-            await asyncio.sleep(0.01)
 
     def describe(self) -> QuorumInfo:
         assert self.driver is not None
