@@ -5,17 +5,14 @@ only what was torn."""
 import asyncio
 import os
 import struct
-import time
 import uuid
 
 import crc32c
 import pytest
+from quorum_helpers import make_controller, open_quorum, register_live
 
-from moldau.broker.config import BrokerConfig
-from moldau.broker.metadata.controller import ConfigChange, Controller, CreatedTopic, NewTopic
-from moldau.broker.metadata.image import MetadataImage
+from moldau.broker.metadata.controller import ConfigChange, CreatedTopic, NewTopic
 from moldau.broker.metadata.log import METADATA_DIR
-from moldau.broker.metadata.quorum import MetadataQuorum
 from moldau.broker.metadata.records import TOPIC_RESOURCE, TopicRecord, decode_records
 from moldau.errors import ErrorCode, KafkaError
 
@@ -25,32 +22,9 @@ RAFT_SEGMENT = "00000000000000000000.log"
 _FRAME = struct.Struct(">IIqiB")  # length, crc32c, offset, epoch, flags (DiskRaftLog's frame)
 
 
-async def wait_until(predicate, what, timeout=15.0):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.005)
-
-
 async def open_controller(path, partitions=1):
     """A single-voter quorum in `path` (no controller listener) and a Controller on it."""
-    config = BrokerConfig({"node.id": "1", "log.dirs": str(path)})
-    quorum = MetadataQuorum(config, MetadataImage(), "test-cluster")
-    await quorum.start()
-    await wait_until(lambda: quorum.is_active, "the single voter to become active")
-    return Controller(1, quorum, default_partitions=partitions, default_replication_factor=1)
-
-
-async def add_live_broker(controller, broker_id=1):
-    """Register a broker and heartbeat it with a caught-up offset, so that it is unfenced
-    and topics can be placed on it."""
-    epoch = await controller.register_broker(broker_id, uuid.uuid4(),
-                                             [("PLAINTEXT", "127.0.0.1", 9092)], None)
-    caught_up, fenced, _ = await controller.heartbeat(broker_id, epoch,
-                                                      controller.image.offset)
-    assert caught_up and not fenced
-    return epoch
+    return make_controller(await open_quorum(path), partitions=partitions)
 
 
 def segment_path(path):
@@ -87,7 +61,7 @@ def topics_created_by(frame):
 def test_topics_survive_reopen(tmp_path):
     async def main():
         controller = await open_controller(tmp_path, partitions=3)
-        await add_live_broker(controller)
+        await register_live(controller, 1)
         [created] = await controller.create_topics([NewTopic("orders", configs={
             "retention.ms": "1000"})], validate_only=False)
         assert isinstance(created, CreatedTopic) and created.num_partitions == 3
@@ -164,7 +138,7 @@ def test_validate_only_writes_nothing(tmp_path):
     async def main():
         controller = await open_controller(tmp_path)
         try:
-            await add_live_broker(controller)
+            await register_live(controller, 1)
             raft_log = controller.quorum.driver.log
             end, offset = raft_log.end_offset, controller.image.offset
             [result] = await controller.create_topics([NewTopic("t")], validate_only=True)
@@ -189,7 +163,7 @@ def test_delete_partitions_and_configs(tmp_path):
     async def main():
         controller = await open_controller(tmp_path)
         try:
-            await add_live_broker(controller)
+            await register_live(controller, 1)
             await controller.create_topics([NewTopic("t", num_partitions=2)],
                                            validate_only=False)
             await controller.create_partitions("t", 5, None, validate_only=False)
@@ -250,7 +224,7 @@ def test_producer_id_blocks_never_repeat(tmp_path):
 def test_torn_raft_log_tail(tmp_path):
     async def main():
         controller = await open_controller(tmp_path)
-        await add_live_broker(controller)
+        await register_live(controller, 1)
         for name in ("a", "b"):  # one Raft entry each
             [created] = await controller.create_topics([NewTopic(name)], validate_only=False)
             assert isinstance(created, CreatedTopic)
@@ -301,7 +275,7 @@ def test_append_to_a_list_starts_from_the_default(tmp_path):
     async def main():
         controller = await open_controller(tmp_path)
         try:
-            await add_live_broker(controller)
+            await register_live(controller, 1)
             await controller.create_topics([NewTopic("t")], validate_only=False)
             await controller.alter_configs(TOPIC_RESOURCE, "t", [
                 ConfigChange("cleanup.policy", "compact", 2)], incremental=True,
