@@ -287,6 +287,30 @@ def test_fetch_errors_for_bad_offsets_and_partitions(module_broker):
         assert (error, high_watermark, data) == (wire.NONE, 2, b"")
 
 
+def test_fetch_v4_the_oldest_version_is_served(module_broker):
+    """Fetch v4 (no leader epoch, no log start offset, no sessions) is the oldest version
+    Kafka 4 serves; a request without the newer fields is answered, not an internal error."""
+    topic = unique("wire-fetch-v4")
+    with Conn(module_broker.bootstrap) as conn:
+        wire.ensure_topic(conn, topic)
+        assert wire.produce(conn, 111, topic, 0, wire.record_batch([b"a", b"b"])).error_code == 0
+        part = wire.int32(0) + wire.int64(0) + wire.int32(1 << 20)
+        body = (wire.int32(-1) + wire.int32(100) + wire.int32(1) + wire.int32(1 << 20)
+                + wire.int8(0) + wire.array([wire.string(topic) + wire.array([part])]))
+        conn.send(wire.request(wire.FETCH, 4, 112, body, flexible=False))
+        corr, reader = conn.recv_response(header_v1=False)
+        assert corr == 112
+        reader.int32()  # throttle
+        assert reader.array_len() == 1 and reader.string() == topic
+        assert reader.array_len() == 1 and reader.int32() == 0
+        error_code, high_watermark, last_stable = reader.int16(), reader.int64(), reader.int64()
+        assert (error_code, high_watermark, last_stable) == (wire.NONE, 2, 2)
+        assert reader.array_len() in (-1, 0)  # no aborted transactions
+        batches = wire.parse_batches(reader.nullable_bytes() or b"")
+        reader.done()
+        assert [value for _, _, value in batches[0].records] == [b"a", b"b"]
+
+
 def test_fetch_waits_for_data_up_to_max_wait(module_broker):
     """A fetch with nothing to return is held for max_wait_ms, and answered as soon as
     a record arrives, as Kafka's delayed fetch does."""

@@ -114,7 +114,7 @@ class _FetchPlan:
             return out
         try:
             partition = self.broker.replicas.leader(name, wanted.partition)
-            check_leader_epoch(partition, wanted.current_leader_epoch)
+            check_leader_epoch(partition, getattr(wanted, "current_leader_epoch", -1))  # v9+
             if self.replica_id >= 0:
                 return self._read_for_follower(partition, wanted, max_bytes, first, out)
             log = partition.log
