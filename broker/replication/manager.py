@@ -9,8 +9,9 @@ follower fetches from its leader (fetcher.py). Without an `alter_partition` coro
 broker runs alone: every partition's leader and only in-sync replica is this node and the
 high watermark follows the log end, as before replication existed.
 
-Everything here runs on the event loop, except appends handed to the I/O pool and
-`sync_with_image` at start-up (before any request is served or task started).
+Everything here runs on the event loop, except appends handed to the I/O pool, the creation
+of new partitions' logs (also in the I/O pool: each costs a few fsyncs, and a topic may bring
+a thousand) and `sync_with_image` at start-up (before any request is served or task started).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -53,6 +54,11 @@ TopicPartition = tuple[str, int]
 T = TypeVar("T")
 # (topic, partition, is_leader, leader_epoch), on every change of role or leader epoch.
 LeadershipListener = Callable[[str, int, bool, int], None]
+
+# A batch bringing at most this many new logs creates them on the loop (a few ms of fsyncs),
+# so that a partition is ready to write once the metadata names its leader; beyond it (a
+# topic with hundreds of partitions) the I/O pool creates them while the loop serves on.
+INLINE_NEW_LOGS = 8
 
 # AlterPartition errors after which the controller's view will reach us as metadata; until
 # then the proposal stays pending (as Kafka does), so the controller is not asked again.
@@ -89,6 +95,9 @@ class ReplicaManager(LeaderAppends):
         self._listeners: list[LeadershipListener] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._checkpointed: dict[TopicPartition, int] = {}
+        # Metadata batches waiting for new logs, and the task creating them (see on_metadata).
+        self._backlog: deque[Sequence[MetadataRecord]] = deque()
+        self._backlog_task: asyncio.Task[None] | None = None
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -104,6 +113,9 @@ class ReplicaManager(LeaderAppends):
     async def stop(self) -> None:
         """Stop fetching and ISR changes, then save the high watermarks (before the logs
         close; the I/O pool is shut down later by `shutdown`)."""
+        self._backlog.clear()
+        if self._backlog_task is not None:
+            self._tasks.append(self._backlog_task)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -154,18 +166,82 @@ class ReplicaManager(LeaderAppends):
                 self.logs.delete(*key)
 
     def on_metadata(self, records: Sequence[MetadataRecord]) -> None:
+        """Follow a committed metadata batch.
+
+        A batch that makes this node a replica of more than INLINE_NEW_LOGS new partitions
+        takes effect once their logs exist; they are created in the I/O pool meanwhile, as
+        Kafka creates logs on its metadata thread rather than where requests are served.
+        Later batches queue behind it, so batches always take effect in order. Until then the
+        partitions are not hosted here and requests for them get NOT_LEADER_OR_FOLLOWER,
+        which clients retry.
+        """
+        if not self._backlog and len(self._new_replicas(records)) <= INLINE_NEW_LOGS:
+            self._apply(records)
+            return
+        self._backlog.append(records)
+        if self._backlog_task is None or self._backlog_task.done():
+            self._backlog_task = asyncio.create_task(self._drain_backlog(),
+                                                     name="metadata-new-logs")
+
+    async def metadata_applied(self) -> None:
+        """Wait until every batch given to `on_metadata` so far has taken effect."""
+        while self._backlog and self._backlog_task is not None:
+            await asyncio.shield(self._backlog_task)
+
+    async def _drain_backlog(self) -> None:
+        while self._backlog:
+            records = self._backlog[0]
+            wanted = [(topic, record, self.log_config_for(topic))
+                      for topic, record in self._new_replicas(records)]
+            if wanted:
+                try:
+                    await self.run_io(self._create_logs, wanted)
+                except Exception:  # _host tries again on the loop and reports the failure
+                    log.exception("Creating %d new partition log(s) failed", len(wanted))
+            if self._backlog and self._backlog[0] is records:  # not cleared by stop()
+                self._backlog.popleft()
+                self._apply(records)
+
+    def _new_replicas(self, records: Sequence[MetadataRecord]
+                      ) -> list[tuple[str, PartitionRecord]]:
+        """The partitions of the batch this node is to host but does not yet, each with its
+        first record there."""
+        found: dict[TopicPartition, tuple[str, PartitionRecord]] = {}
         for record in records:
-            match record:
-                case PartitionRecord():
-                    self._on_partition_record(record)
-                case RemoveTopicRecord():
-                    self._remove_topic(record)
-                case ConfigRecord(resource_type=kind, resource_name=name) \
-                        if kind == TOPIC_RESOURCE:
-                    self._reconfigure(name)
-                case RegisterBrokerRecord(broker_id=broker_id):
-                    # A leader that registered again may listen elsewhere now.
-                    self.fetchers.broker_changed(broker_id)
+            if isinstance(record, PartitionRecord) and self.node_id in record.replicas:
+                topic = self.image.topics_by_id.get(record.topic_id)
+                if topic is not None and (topic.name, record.partition) not in self.partitions:
+                    found.setdefault((topic.name, record.partition), (topic.name, record))
+        return list(found.values())
+
+    def _create_logs(self, wanted: Sequence[tuple[str, PartitionRecord, LogConfig]]) -> None:
+        """In the I/O pool: the logs `_host` will find, with the leader epoch the first
+        record gives them when it makes this node their leader (the checkpoint write is the
+        rest of the cost)."""
+        for topic, record, config in wanted:
+            plog = self.logs.create(topic, record.partition, record.topic_id, config)
+            if record.leader == self.node_id:
+                plog.assign_leader_epoch(record.leader_epoch)
+
+    def _apply(self, records: Sequence[MetadataRecord]) -> None:
+        for record in records:
+            try:
+                self._apply_record(record)
+            except Exception:
+                log.exception("Applying %s failed", record)
+
+    def _apply_record(self, record: MetadataRecord) -> None:
+        match record:
+            case PartitionRecord():
+                self._on_partition_record(record)
+            case RemoveTopicRecord():
+                self._remove_topic(record)
+            case ConfigRecord(resource_type=kind, resource_name=name) \
+                    if kind == TOPIC_RESOURCE:
+                self._reconfigure(name)
+            case RegisterBrokerRecord(broker_id=broker_id):
+                # A leader that registered again may listen elsewhere now.
+                self.fetchers.broker_changed(broker_id)
 
     def log_config_for(self, topic: str) -> LogConfig:
         return self.config.topic_log_config(self.image.topic_configs(topic))
@@ -298,8 +374,13 @@ class ReplicaManager(LeaderAppends):
     def leader(self, topic: str, index: int) -> Partition:
         partition = self.partitions.get((topic, index))
         if partition is None:
-            raise KafkaError(ErrorCode.unknown_topic_or_partition,
-                             "This server does not host this topic-partition.")
+            # As Kafka: a partition the metadata knows is led elsewhere, or not hosted here
+            # yet (its log is being created).
+            known = self.image.topics.get(topic)
+            code = (ErrorCode.not_leader_or_follower
+                    if known is not None and index in known.partitions
+                    else ErrorCode.unknown_topic_or_partition)
+            raise KafkaError(code, "This server does not host this topic-partition.")
         if not partition.is_leader:
             raise KafkaError(ErrorCode.not_leader_or_follower,
                              "This server is not the leader for that topic-partition.")

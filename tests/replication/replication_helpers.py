@@ -106,8 +106,10 @@ class FakeController:
         self.publish(RegisterBrokerRecord(broker_id, uuid.uuid4(),
                                           (("PLAINTEXT", "127.0.0.1", port),), fenced=False))
 
-    def create_topic(self, replicas: Sequence[int], isr: Sequence[int] | None = None,
-                     leader: int | None = None, partitions: int = 1) -> None:
+    async def create_topic(self, replicas: Sequence[int], isr: Sequence[int] | None = None,
+                           leader: int | None = None, partitions: int = 1) -> None:
+        """Publish the topic and wait until every running node hosts its replicas (their
+        logs are created in each node's I/O pool)."""
         records: list[MetadataRecord] = [TopicRecord(TOPIC, self.topic_id)]
         for index in range(partitions):
             records.append(PartitionRecord(
@@ -115,6 +117,8 @@ class FakeController:
                 tuple(replicas if isr is None else isr),
                 replicas[0] if leader is None else leader))
         self.publish(*records)
+        for node in list(self.nodes.values()):
+            await node.replicas.metadata_applied()
 
     def record(self, partition: int = 0) -> PartitionRecord:
         return self.partitions[(self.topic_id, partition)]

@@ -26,7 +26,7 @@ def test_follower_log_is_byte_identical_and_high_watermarks_move(tmp_path):
         await leader.start()
         await follower.start()
         try:
-            controller.create_topic(replicas=[1, 2])
+            await controller.create_topic(replicas=[1, 2])
             for round_ in range(5):
                 result = await leader.produce(b"a%d" % round_, b"b%d" % round_)
                 assert result.error is ErrorCode.none, result
@@ -65,7 +65,7 @@ def test_kip101_double_failover_truncates_the_divergent_tail(tmp_path):
     filled differently, and with a high watermark that would not remove it."""
     async def scenario():
         controller, clock, (a, b) = await cluster(tmp_path)
-        controller.create_topic(replicas=[1, 2])
+        await controller.create_topic(replicas=[1, 2])
         assert (await a.produce(b"m0")).error is ErrorCode.none
         await b.replicas.fetchers.stop()  # b stalls...
         assert (await a.produce(b"m1", acks=1)).error is ErrorCode.none
@@ -101,7 +101,7 @@ def test_a_lagging_follower_is_shrunk_out_and_comes_back(tmp_path):
     async def scenario():
         controller, clock, (a, b) = await cluster(tmp_path)
         try:
-            controller.create_topic(replicas=[1, 2])
+            await controller.create_topic(replicas=[1, 2])
             assert (await a.produce(b"one")).error is ErrorCode.none
             await b.replicas.fetchers.stop()
             waiting = asyncio.create_task(a.produce(b"two", b"three"))
@@ -128,7 +128,7 @@ def test_a_new_follower_starts_at_the_leaders_log_start(tmp_path):
         a = Node(1, tmp_path, controller, clock)
         await a.start()
         controller.register(2)
-        controller.create_topic(replicas=[1, 2], isr=[1])
+        await controller.create_topic(replicas=[1, 2], isr=[1])
         for i in range(10):
             assert (await a.produce(b"r%d" % i)).error is ErrorCode.none
         a.log().delete_records(5)

@@ -6,17 +6,20 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 
 from replication_helpers import TOPIC, Clock, FakeController, Node, batch, run
 
+from moldau.broker.log.checkpoint import LEADER_EPOCH_CHECKPOINT, read_epochs
 from moldau.broker.metadata.records import BrokerRegistrationChangeRecord
 from moldau.broker.replication.checkpoint import HIGH_WATERMARK_CHECKPOINT
+from moldau.broker.replication.manager import INLINE_NEW_LOGS
 from moldau.errors import ErrorCode
 
 LAG_MS = 10_000
 
 
-def leader_node(tmp_path, *, replicas=(1, 2), isr=None, **settings) -> tuple[Node, Clock]:
+async def leader_node(tmp_path, *, replicas=(1, 2), isr=None, **settings) -> tuple[Node, Clock]:
     controller, clock = FakeController(), Clock()
     node = Node(1, tmp_path, controller, clock, **{"replica.lag.time.max.ms": str(LAG_MS),
                                                    **settings})
@@ -24,7 +27,7 @@ def leader_node(tmp_path, *, replicas=(1, 2), isr=None, **settings) -> tuple[Nod
     for other in replicas:
         if other != 1:
             controller.register(other)
-    controller.create_topic(replicas=replicas, isr=isr)
+    await controller.create_topic(replicas=replicas, isr=isr)
     return node, clock
 
 
@@ -42,7 +45,7 @@ async def settle() -> None:
 
 def test_acks_all_answers_once_the_follower_has_fetched_past_the_records(tmp_path):
     async def scenario():
-        node, _ = leader_node(tmp_path)
+        node, _ = await leader_node(tmp_path)
         try:
             produce = asyncio.create_task(node.produce(b"x", b"y"))
             await settle()
@@ -65,7 +68,7 @@ def test_acks_all_answers_once_the_follower_has_fetched_past_the_records(tmp_pat
 
 def test_acks_all_times_out_with_the_records_left_on_the_leader(tmp_path):
     async def scenario():
-        node, _ = leader_node(tmp_path)
+        node, _ = await leader_node(tmp_path)
         try:
             result = await node.produce(b"x", timeout_ms=50)
             assert result.error is ErrorCode.request_timed_out
@@ -79,7 +82,7 @@ def test_acks_all_times_out_with_the_records_left_on_the_leader(tmp_path):
 
 def test_not_enough_replicas_is_checked_before_appending(tmp_path):
     async def scenario():
-        node, _ = leader_node(tmp_path, isr=(1,), **{"min.insync.replicas": "2"})
+        node, _ = await leader_node(tmp_path, isr=(1,), **{"min.insync.replicas": "2"})
         try:
             result = await node.produce(b"x")
             assert result.error is ErrorCode.not_enough_replicas
@@ -96,7 +99,7 @@ def test_not_enough_replicas_is_checked_before_appending(tmp_path):
 
 def test_isr_shrinking_below_min_isr_while_waiting(tmp_path):
     async def scenario():
-        node, clock = leader_node(tmp_path, **{"min.insync.replicas": "2"})
+        node, clock = await leader_node(tmp_path, **{"min.insync.replicas": "2"})
         try:
             produce = asyncio.create_task(node.produce(b"x"))
             await settle()
@@ -118,7 +121,7 @@ def test_isr_shrinking_below_min_isr_while_waiting(tmp_path):
 
 def test_losing_leadership_fails_waiting_produce_requests(tmp_path):
     async def scenario():
-        node, _ = leader_node(tmp_path)
+        node, _ = await leader_node(tmp_path)
         try:
             produce = asyncio.create_task(node.produce(b"x"))
             await settle()
@@ -134,7 +137,7 @@ def test_losing_leadership_fails_waiting_produce_requests(tmp_path):
 
 def test_a_caught_up_follower_joins_the_isr(tmp_path):
     async def scenario():
-        node, _ = leader_node(tmp_path, isr=(1,))
+        node, _ = await leader_node(tmp_path, isr=(1,))
         try:
             assert (await node.produce(b"a", b"b", b"c")).error is ErrorCode.none
             assert node.log().high_watermark == 3  # the ISR is the leader alone
@@ -160,7 +163,7 @@ def test_a_caught_up_follower_joins_the_isr(tmp_path):
 
 def test_fenced_or_unregistered_brokers_do_not_join_the_isr(tmp_path):
     async def scenario():
-        node, _ = leader_node(tmp_path, replicas=(1, 2, 3), isr=(1,))
+        node, _ = await leader_node(tmp_path, replicas=(1, 2, 3), isr=(1,))
         controller = node.controller
         try:
             registration = node.image.brokers[2]
@@ -184,7 +187,7 @@ def test_fenced_or_unregistered_brokers_do_not_join_the_isr(tmp_path):
 
 def test_one_alter_partition_in_flight_per_partition(tmp_path):
     async def scenario():
-        node, clock = leader_node(tmp_path, replicas=(1, 2, 3), isr=(1, 2))
+        node, clock = await leader_node(tmp_path, replicas=(1, 2, 3), isr=(1, 2))
         controller = node.controller
         controller.alter_gate = asyncio.Event()
         try:
@@ -211,7 +214,7 @@ def test_one_alter_partition_in_flight_per_partition(tmp_path):
 
 def test_a_rejected_isr_change_waits_for_metadata(tmp_path):
     async def scenario():
-        node, _ = leader_node(tmp_path, isr=(1,))
+        node, _ = await leader_node(tmp_path, isr=(1,))
         controller = node.controller
         try:
             # The controller moved on (partition epoch 1) and we have not heard yet.
@@ -237,7 +240,7 @@ def test_a_rejected_isr_change_waits_for_metadata(tmp_path):
 
 def test_unknown_replicas_may_not_fetch(tmp_path):
     async def scenario():
-        node, _ = leader_node(tmp_path)
+        node, _ = await leader_node(tmp_path)
         try:
             try:
                 follower_fetch(node, 7, 0)
@@ -253,7 +256,7 @@ def test_unknown_replicas_may_not_fetch(tmp_path):
 
 def test_high_watermark_checkpoint_survives_a_restart_clamped_to_the_log(tmp_path):
     async def scenario():
-        node, _ = leader_node(tmp_path)
+        node, _ = await leader_node(tmp_path)
         assert (await node.produce(b"a", b"b", b"c", b"d", acks=1)).error is ErrorCode.none
         follower_fetch(node, 2, 2)
         assert node.log().high_watermark == 2
@@ -282,7 +285,7 @@ def test_high_watermark_checkpoint_survives_a_restart_clamped_to_the_log(tmp_pat
 
 def test_a_replica_removed_by_reassignment_deletes_its_log(tmp_path):
     async def scenario():
-        node, _ = leader_node(tmp_path, replicas=(2, 1))  # node 1 follows 2
+        node, _ = await leader_node(tmp_path, replicas=(2, 1))  # node 1 follows 2
         controller = node.controller
         try:
             assert not node.partition().is_leader
@@ -301,7 +304,7 @@ def test_a_replica_removed_by_reassignment_deletes_its_log(tmp_path):
 
 def test_no_leader_means_no_fetching(tmp_path):
     async def scenario():
-        node, _ = leader_node(tmp_path, replicas=(2, 1))
+        node, _ = await leader_node(tmp_path, replicas=(2, 1))
         try:
             node.controller.elect(-1)
             assert node.replicas.fetchers.leader_of((TOPIC, 0)) is None
@@ -329,10 +332,11 @@ def test_without_alter_partition_a_single_node_keeps_the_high_watermark_at_the_l
         logs = LogManager(config.log_dirs, default_config=config.log_config({}))
         logs.load({})
         replicas = ReplicaManager(1, config, logs, image, 1)
-        controller.create_topic(replicas=[1])
+        await controller.create_topic(replicas=[1])
         for offset, record in enumerate(controller.history):
             image.apply(offset, record)
         replicas.on_metadata(controller.history)
+        await replicas.metadata_applied()
         await replicas.start()
         try:
             [result] = await replicas.append([(TOPIC, 0, batch(b"a", b"b"))], acks=-1,
@@ -346,5 +350,45 @@ def test_without_alter_partition_a_single_node_keeps_the_high_watermark_at_the_l
             replicas.shutdown()
             logs.shutdown()
         assert not os.path.exists(os.path.join(config.log_dirs[0], HIGH_WATERMARK_CHECKPOINT))
+
+    run(scenario())
+
+
+def test_new_logs_are_created_off_the_loop_and_batches_take_effect_in_order(tmp_path):
+    async def scenario():
+        controller, clock = FakeController(), Clock()
+        node = Node(1, tmp_path, controller, clock)
+        node.attach()
+        controller.register(2)
+        gate = threading.Event()
+        create = node.logs.create
+
+        def held_create(*args, **kwargs):
+            assert gate.wait(10), "the test never opened the gate"
+            return create(*args, **kwargs)
+
+        node.logs.create = held_create  # type: ignore[method-assign]
+        try:
+            creating = asyncio.create_task(controller.create_topic(
+                replicas=[1, 2], partitions=INLINE_NEW_LOGS + 1))
+            await asyncio.sleep(0.05)  # the loop runs while the logs wait at the gate
+            assert not creating.done() and not node.replicas.partitions
+            # Known to the metadata but not hosted yet: retriable, as Kafka answers.
+            assert (await node.produce(b"early")).error is ErrorCode.not_leader_or_follower
+            controller.elect(2)  # queued behind the batch that creates the log
+            assert (TOPIC, 0) not in node.replicas.partitions and node.leadership == []
+            gate.set()
+            await creating
+            await node.replicas.metadata_applied()
+            assert len(node.replicas.partitions) == INLINE_NEW_LOGS + 1
+            assert [change for change in node.leadership if change[1] == 0] == \
+                [(TOPIC, 0, True, 0), (TOPIC, 0, False, 1)]
+            # The first record's epoch, written by the creating thread.
+            checkpoint = os.path.join(node.log().dir_path, LEADER_EPOCH_CHECKPOINT)
+            assert read_epochs(checkpoint) == [(0, 0)]
+            assert node.log().log_end_offset == 0
+        finally:
+            gate.set()
+            await node.stop()
 
     run(scenario())

@@ -61,7 +61,7 @@ def test_acks_all_answer_waits_for_the_follower_without_holding_a_handler(tmp_pa
         node, controller = leader(tmp_path)  # 4 request handlers
         await node.start()
         controller.register(2)
-        controller.create_topic(replicas=[1, 2])
+        await controller.create_topic(replicas=[1, 2])
         producers = [await connect(node) for _ in range(6)]
         other = await connect(node)
         try:
@@ -87,7 +87,7 @@ def test_acks_all_refused_and_timed_out_on_the_wire(tmp_path):
         node, controller = leader(tmp_path, **{"min.insync.replicas": "2"})
         await node.start()
         controller.register(2)
-        controller.create_topic(replicas=[1, 2], isr=[1])
+        await controller.create_topic(replicas=[1, 2], isr=[1])
         connection = await connect(node)
         try:
             code, message = await produce(connection, b"x")
@@ -109,7 +109,7 @@ def test_replica_fetch_errors_and_diverging_epoch(tmp_path):
         node, controller = leader(tmp_path)
         await node.start()
         controller.register(2)
-        controller.create_topic(replicas=[1, 2], isr=[1])
+        await controller.create_topic(replicas=[1, 2], isr=[1])
         connection = await connect(node)
         try:
             for value in (b"a", b"b", b"c"):
@@ -149,7 +149,7 @@ def test_offset_for_leader_epoch_serves_replicas(tmp_path):
         node, controller = leader(tmp_path)
         await node.start()
         controller.register(2)
-        controller.create_topic(replicas=[1, 2], isr=[1])
+        await controller.create_topic(replicas=[1, 2], isr=[1])
         connection = await connect(node)
         try:
             assert (await node.produce(b"a", b"b")).error is ErrorCode.none

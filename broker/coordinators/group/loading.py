@@ -16,8 +16,12 @@ from collections.abc import Callable, Iterable
 from moldau.broker.coordinators.group.group import Group
 from moldau.broker.coordinators.group.ownership import Load, Ownership
 from moldau.broker.coordinators.group.replay import Record, replay
+from moldau.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("moldau.broker.groups")
+# A load that meets these has lost a race with a leadership change, which is not a failure.
+LEADERSHIP_GONE = frozenset({ErrorCode.not_leader_or_follower,
+                             ErrorCode.unknown_topic_or_partition})
 
 
 class PartitionLoader:
@@ -52,8 +56,14 @@ class PartitionLoader:
         started = time.monotonic()
         try:
             groups = await asyncio.to_thread(self._replay, load)
-        except Exception:
-            log.exception("Loading groups of __consumer_offsets-%d failed", load.partition)
+        except Exception as exc:
+            if isinstance(exc, KafkaError) and exc.code in LEADERSHIP_GONE:
+                # The partition moved on while it was read (e.g. a controlled shutdown); the
+                # leadership listener hears of that too.
+                log.info("Abandoned the load of __consumer_offsets-%d for leader epoch %d: %s",
+                         load.partition, load.epoch, exc.code.name)
+            else:
+                log.exception("Loading groups of __consumer_offsets-%d failed", load.partition)
             self.ownership.fail(load)
             return
         if not self.ownership.finish(load):
