@@ -30,7 +30,16 @@ from types import FrameType
 
 from bench import brokers, clusters, machine, procs, report, tools
 from bench.cluster_workloads import ClusterRun
-from bench.workloads import CLUSTER_GROUP, GIB, GROUPS, MIB, BrokerRun, Plan, define_rows
+from bench.workloads import (
+    CLUSTER_GROUP,
+    GIB,
+    GROUPS,
+    MIB,
+    RAW_PASSES,
+    BrokerRun,
+    Plan,
+    define_rows,
+)
 from e2e import kafka_dist
 
 REPO = Path(__file__).resolve().parents[1]
@@ -184,6 +193,11 @@ def measure_limits(needs: set[str], bench_dir: Path, plan: Plan, progress: Progr
         progress(f"machine: loopback TCP, two processes, {plan.loopback_seconds:g} s")
         with _noted(notes, "loopback"):
             limits["loopback"] = machine.loopback_mib_per_s(plan.loopback_seconds)
+        progress(f"machine: loopback TCP fed by sendfile from the page cache, "
+                 f"{plan.loopback_seconds:g} s")
+        with _noted(notes, "loopback via sendfile"):
+            limits["loopback_sendfile"] = machine.sendfile_loopback_mib_per_s(
+                bench_dir / "sendfile-test.bin", plan.loopback_seconds)
     if needs & {"disk_write", "disk_read"}:
         path = bench_dir / "disk-test.bin"
         size = plan.disk_bytes
@@ -361,6 +375,7 @@ def page(text: str, found: list[report.Target], limits: dict[str, float],
                            conns=plan.connections, recovery=report.size(plan.recovery_bytes),
                            warmup=plan.warmup_records, lat_warmup=plan.latency_warmup,
                            disk=plan.disk_bytes / MIB, rf3_warmup=plan.rf3_warmup,
+                           raw_passes=RAW_PASSES,
                            jvm=" ".join(kafka_dist.BROKER_JVM_OPTS),
                            tools_jvm=" ".join(tools.PERF_JVM_OPTS)).splitlines()
     return "\n".join(lines).rstrip() + "\n"
@@ -412,7 +427,12 @@ that Kafka's JIT compiler is not measured while it is still cold.
   Hot: every segment file read just before, so the page cache holds it. Cold: `sync` and
   `echo 3 > /proc/sys/vm/drop_caches` just before. ConsumerPerformance's `fetch.MB.sec`
   leaves out the group join; the others are timed from process or consumer start. The
-  hot-fetch target takes the fastest consumer, since a slower one measures itself.
+  bare Fetch reader (`bench/raw_fetch.py`) is not a consumer: it sends Fetch v4 requests
+  on a plain socket, one at a time, and takes each response into one buffer without
+  decoding records, the receiving loop of the loopback test; it reads the hot partition
+  {raw_passes} times over (once when cold), timed inside the process. It shows how fast the
+  broker's fetch path is when the reader costs almost nothing. The hot-fetch target takes
+  the fastest reader, since a slower one measures itself.
 - *End-to-end latency*: a librdkafka producer (linger.ms=0, acks=1) paced open-loop at
   {rate} msg/s and a librdkafka consumer in another process; each value carries the
   producer's CLOCK_MONOTONIC at send time, and the consumer takes the difference when
@@ -442,9 +462,11 @@ that Kafka's JIT compiler is not measured while it is still cold.
   least {recovery}, the broker killed with SIGKILL, and started again; timed to the first
   ApiVersions and to the moment ListOffsets on every partition returns the acknowledged end offsets.
 - *Machine limits*: a plain socket sender and receiver in two processes over loopback
-  (4 MiB writes); {disk:,.0f} MiB written in 1 MiB blocks with one fsync at the end and
-  with O_DSYNC, then read back after dropping the page cache. Produce rows compare with
-  the write limit (fsync at end); consume rows with loopback (hot) or disk read (cold).
+  (4 MiB writes), and the same receiver fed by `sendfile()` from a 256 MiB file in the
+  page cache (the zero-copy path a broker's hot fetch takes); {disk:,.0f} MiB written in
+  1 MiB blocks with one fsync at the end and with O_DSYNC, then read back after dropping
+  the page cache. Produce rows compare with the write limit (fsync at end); consume rows
+  with loopback (hot) or disk read (cold).
   The disk figures come from one sequential reader or writer on a virtual disk whose host
   may cache it: a broker can exceed them, so they are a reference, not a ceiling.
 """

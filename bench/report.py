@@ -77,6 +77,7 @@ def rate(records_per_s: float) -> str:
 
 LIMIT_NAMES = {
     "loopback": "loopback TCP",
+    "loopback_sendfile": "loopback TCP via sendfile",
     "disk_write": "disk write, fsync at end",
     "disk_dsync": "disk write, O_DSYNC",
     "disk_read": "disk read, cold cache",
@@ -148,19 +149,25 @@ def targets(rows: dict[str, Row], limits: dict[str, float]) -> list[Target]:
                             f"{fmt(moldau, 'MiB/s')} vs {fmt(kafka, 'MiB/s')} "
                             f"({moldau / kafka:.0%})"
                             + ("" if met else overlap("p1k_a1", 1.0, higher=True))))
-    # The fastest consumer: the slower ones are then the bottleneck, not the broker.
+    # The fastest reader: the slower ones are then the bottleneck, not the broker.
     hot = [(v, who) for v, who in ((ok("c_hot", "moldau"), "ConsumerPerformance"),
                                    (ok("c_hot_rdk", "moldau"), "librdkafka in Python"),
-                                   (ok("c_hot_kcat", "moldau"), "kcat")) if v is not None]
+                                   (ok("c_hot_kcat", "moldau"), "kcat"),
+                                   (ok("c_hot_raw", "moldau"), "bare Fetch reader"))
+           if v is not None]
     bound = limits.get("loopback")
     name = "Fetch from a hot cache: at least 80% of the loopback limit"
     if not hot or bound is None:
         found.append(Target(name, "not measured", ""))
     else:
         moldau, who = max(hot)
-        found.append(Target(name, "met" if moldau >= 0.8 * bound else "missed",
-                            f"{fmt(moldau, 'MiB/s')} ({who}) = {moldau / bound:.0%} of "
-                            f"{fmt(bound, 'MiB/s')}"))
+        detail = f"{fmt(moldau, 'MiB/s')} ({who}) = {moldau / bound:.0%} of {fmt(bound, 'MiB/s')}"
+        zero_copy = limits.get("loopback_sendfile")
+        if zero_copy is not None:
+            detail += (f"; sendfile itself reaches {fmt(zero_copy, 'MiB/s')} over loopback "
+                       f"here ({zero_copy / bound:.0%} of it), Moldau {moldau / zero_copy:.0%} "
+                       "of that")
+        found.append(Target(name, "met" if moldau >= 0.8 * bound else "missed", detail))
     moldau, kafka = ok("lat_p99", "moldau"), ok("lat_p99", "kafka")
     name = "p99 end-to-end latency at a moderate rate: no worse than 2× Kafka's"
     if moldau is None or kafka is None:

@@ -38,7 +38,10 @@ CONSUMERS = (
     ("_rdk", "librdkafka in Python", "confluent-kafka, max.partition.fetch.bytes=10485760"),
     ("_kcat", "kcat", "librdkafka in C, values to /dev/null, "
      "max.partition.fetch.bytes=10485760"),
+    ("_raw", "bare Fetch reader", "bench/raw_fetch.py: Fetch v4, one socket, 50 MiB a request, "
+     "records not decoded"),
 )
+RAW_PASSES = 4  # the bare reader reads a hot partition this many times (one pass is ~0.2 s)
 # The last group runs against a three-node cluster of each broker instead of the single node.
 CLUSTER_GROUP = "cluster"
 GROUPS = ("startup", "produce", "consume", "latency", "connections", "partitions", "recovery",
@@ -477,7 +480,19 @@ class BrokerRun(Recorder):
                 raise WorkloadFailed(f"kcat exited {code}: {procs.tail(err)}")
             return Measured(count * 1024 / elapsed / MIB, count / elapsed)
 
-        consumers = {"": java, "_rdk": rdkafka, "_kcat": kcat}
+        def raw(group: str) -> Throughput:
+            passes = 1 if group.startswith("c_cold") else RAW_PASSES
+            code, out, err = procs.run(
+                [sys.executable, "-m", "bench.raw_fetch", self.bootstrap, topic, str(count),
+                 str(passes)], timeout=600)
+            if code != 0:
+                raise WorkloadFailed(f"the Fetch reader exited {code}: {procs.tail(err)}")
+            received, elapsed = (float(v) for v in out.split())
+            if received < count * passes * 1024:
+                raise WorkloadFailed(f"the Fetch reader got only {received:,.0f} bytes")
+            return Measured(count * passes * 1024 / elapsed / MIB, count * passes / elapsed)
+
+        consumers = {"": java, "_rdk": rdkafka, "_kcat": kcat, "_raw": raw}
         for cache in ("hot", "cold"):
             for suffix, name, _setting in CONSUMERS:
                 row_id = f"c_{cache}{suffix}"
