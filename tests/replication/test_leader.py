@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-import threading
 
 from replication_helpers import TOPIC, Clock, FakeController, Node, batch, run
 
 from moldau.broker.log.checkpoint import LEADER_EPOCH_CHECKPOINT, read_epochs
 from moldau.broker.metadata.records import BrokerRegistrationChangeRecord
+from moldau.broker.replication import manager
 from moldau.broker.replication.checkpoint import HIGH_WATERMARK_CHECKPOINT
 from moldau.broker.replication.manager import INLINE_NEW_LOGS
 from moldau.errors import ErrorCode
@@ -354,41 +354,57 @@ def test_without_alter_partition_a_single_node_keeps_the_high_watermark_at_the_l
     run(scenario())
 
 
-def test_new_logs_are_created_off_the_loop_and_batches_take_effect_in_order(tmp_path):
+def test_many_new_logs_are_created_between_requests_and_batches_keep_their_order(
+        tmp_path, monkeypatch):
+    monkeypatch.setattr(manager, "NEW_LOGS_SLICE_S", 0)  # one log per turn of the loop
+    partitions = INLINE_NEW_LOGS + 1
+
     async def scenario():
         controller, clock = FakeController(), Clock()
         node = Node(1, tmp_path, controller, clock)
         node.attach()
         controller.register(2)
-        gate = threading.Event()
+        turns = 0
+
+        async def other_work():
+            nonlocal turns
+            while True:
+                turns += 1
+                await asyncio.sleep(0)
+
+        created_at: list[int] = []  # the loop turn each log was created in
         create = node.logs.create
 
-        def held_create(*args, **kwargs):
-            assert gate.wait(10), "the test never opened the gate"
-            return create(*args, **kwargs)
+        def noted_create(topic, partition, *args, **kwargs):
+            if node.logs.get(topic, partition) is None:
+                created_at.append(turns)
+            return create(topic, partition, *args, **kwargs)
 
-        node.logs.create = held_create  # type: ignore[method-assign]
+        node.logs.create = noted_create  # type: ignore[method-assign]
+        ticker = asyncio.create_task(other_work())
         try:
-            creating = asyncio.create_task(controller.create_topic(
-                replicas=[1, 2], partitions=INLINE_NEW_LOGS + 1))
-            await asyncio.sleep(0.05)  # the loop runs while the logs wait at the gate
-            assert not creating.done() and not node.replicas.partitions
+            await asyncio.sleep(0)
+            creating = asyncio.create_task(controller.create_topic(replicas=[1, 2],
+                                                                   partitions=partitions))
+            await asyncio.sleep(0)  # published: the logs are on their way
+            assert not node.replicas.partitions
             # Known to the metadata but not hosted yet: retriable, as Kafka answers.
             assert (await node.produce(b"early")).error is ErrorCode.not_leader_or_follower
-            controller.elect(2)  # queued behind the batch that creates the log
-            assert (TOPIC, 0) not in node.replicas.partitions and node.leadership == []
-            gate.set()
+            controller.elect(2)  # queued behind the batch that creates the logs
+            assert node.leadership == []
             await creating
             await node.replicas.metadata_applied()
-            assert len(node.replicas.partitions) == INLINE_NEW_LOGS + 1
+            assert len(created_at) == partitions
+            assert len(set(created_at)) == partitions  # other work ran between any two
+            assert len(node.replicas.partitions) == partitions
             assert [change for change in node.leadership if change[1] == 0] == \
                 [(TOPIC, 0, True, 0), (TOPIC, 0, False, 1)]
-            # The first record's epoch, written by the creating thread.
+            # The epoch of the record that created the log, written with it.
             checkpoint = os.path.join(node.log().dir_path, LEADER_EPOCH_CHECKPOINT)
             assert read_epochs(checkpoint) == [(0, 0)]
             assert node.log().log_end_offset == 0
         finally:
-            gate.set()
+            ticker.cancel()
             await node.stop()
 
     run(scenario())
