@@ -2,8 +2,9 @@
 
 Both get: one node on 127.0.0.1, a log directory under the same bench directory (same disk),
 Kafka's default flush policy (no forced fsync: the page cache and the OS write-back decide),
-one partition for auto-created topics, group.initial.rebalance.delay.ms=0. Replication
-factor 1 follows from having one node.
+one partition for auto-created topics, group.initial.rebalance.delay.ms=0, and a 1 MiB socket
+send buffer (Kafka's 100 KiB default throttles a hot fetch over loopback for both brokers).
+Replication factor 1 follows from having one node.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from e2e import kafka_dist
 COMMON_SETTINGS: dict[str, str] = {
     "num.partitions": "1",
     "group.initial.rebalance.delay.ms": "0",
+    "socket.send.buffer.bytes": "1048576",
 }
 START_TIMEOUT = 120.0
 

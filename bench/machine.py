@@ -4,12 +4,9 @@
 
 Loopback TCP: a plain socket sender in this process and a receiver in another, 4 MiB writes,
 for a few seconds; the receiver's byte count over its own elapsed time is the ceiling any
-fetch over loopback can reach. Zero-copy loopback: the same receiver, fed with sendfile()
-from a file held in the page cache, as a broker serves a hot fetch; the kernel's own cost for
-that path, which on some machines is well below a plain send from memory. Disk: 1 GiB
-written sequentially in 1 MiB blocks to the bench directory, once with one fsync at the end
-and once with O_DSYNC (every block durable before the next), then read back after dropping
-the page cache.
+fetch over loopback can reach. Disk: 1 GiB written sequentially in 1 MiB blocks to the bench
+directory, once with one fsync at the end and once with O_DSYNC (every block durable before
+the next), then read back after dropping the page cache.
 """
 
 from __future__ import annotations
@@ -22,7 +19,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from bench import procs
@@ -32,44 +28,15 @@ BLOCK = MIB
 
 
 def loopback_mib_per_s(seconds: float) -> float:
-    block = b"\0" * (4 * BLOCK)
-
-    def send(sock: socket.socket) -> None:
-        sock.sendall(block)
-
-    return _to_receiver(send, seconds)
-
-
-def sendfile_loopback_mib_per_s(path: Path, seconds: float) -> float:
-    """The loopback test with the sender's data sent by sendfile() from a hot 256 MiB file."""
-    size = 256 * BLOCK
-    with open(path, "wb") as file:
-        for _ in range(size // BLOCK):
-            file.write(os.urandom(BLOCK))
-    fd = os.open(path, os.O_RDONLY)
-
-    def send(sock: socket.socket) -> None:
-        offset = 0
-        while offset < size:
-            offset += os.sendfile(sock.fileno(), fd, offset, size - offset)
-
-    try:
-        return _to_receiver(send, seconds)
-    finally:
-        os.close(fd)
-        path.unlink(missing_ok=True)
-
-
-def _to_receiver(send: Callable[[socket.socket], None], seconds: float) -> float:
-    """MiB/s a receiver process counts while `send` is called over and over for `seconds`."""
     receiver = procs.spawn([sys.executable, "-m", "bench.machine", "receive"])
     try:
         assert receiver.stdout is not None
         port = int(receiver.stdout.readline())
+        block = b"\0" * (4 * BLOCK)
         with socket.create_connection(("127.0.0.1", port)) as sock:
             deadline = time.monotonic() + seconds
             while time.monotonic() < deadline:
-                send(sock)
+                sock.sendall(block)
         out, _ = receiver.communicate(timeout=30)
         received, elapsed = (float(v) for v in out.split())
         return received / elapsed / MIB
