@@ -310,7 +310,8 @@ def page(text: str, found: list[report.Target], limits: dict[str, float],
     lines = [
         "# Benchmarks: Moldau next to Apache Kafka",
         "",
-        "The same workloads, driven by the same standard load generators, against a Moldau "
+        "The same workloads, driven by the same load generators (Kafka's own tools, librdkafka, "
+        "and a bare Fetch reader that shows the broker's side of a fetch), against a Moldau "
         f"broker and an Apache Kafka {kafka_dist.kafka_version()} broker started one after the "
         "other on one machine with equivalent settings. This page is written by the benchmark "
         "itself; to measure again:",
