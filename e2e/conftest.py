@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from e2e.support import WorkerPool, forget_clients
+from moldau.cluster.launcher import LocalCluster, free_base_port
 
 READY_MARKER = "moldau broker ready"
 START_TIMEOUT = 20.0
@@ -239,6 +240,31 @@ def module_broker(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
     instance = _new_broker(tmp_path_factory.mktemp("module-broker"), overrides)
     yield instance
     instance.close()
+
+
+# Failure detection and elections in seconds rather than Kafka's defaults, so that the
+# three-node tests see a dead broker fenced and a new leader elected quickly.
+FAST_FAILOVER = {
+    "broker.session.timeout.ms": 3000,
+    "broker.heartbeat.interval.ms": 500,
+    "replica.lag.time.max.ms": 4000,
+    "controller.quorum.election.timeout.ms": 500,
+    "controller.quorum.fetch.timeout.ms": 1000,
+    "group.initial.rebalance.delay.ms": 0,
+}
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    """Three broker+controller processes with FAST_FAILOVER settings (a module may define
+    its own `cluster` instead)."""
+    local = LocalCluster(tmp_path / "cluster", brokers=3, base_port=free_base_port(3),
+                         overrides=FAST_FAILOVER)
+    local.start(timeout=60)
+    try:
+        yield local
+    finally:
+        local.stop(timeout=30)
 
 
 @pytest.fixture

@@ -19,9 +19,12 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+
+from moldau.records.batch import BatchHeader
+from moldau.records.codec import iter_batches
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 CONSUME_TIMEOUT = 30.0
@@ -1009,3 +1012,13 @@ def ck_committed(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
         assert tp.error is None, f"{tp.topic}[{tp.partition}]: {tp.error}"
     return {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions
             if tp.offset >= 0}
+
+
+def segment_batches(data_dir: Path, topic: str, partition: int = 0
+                    ) -> Iterator[tuple[BatchHeader, bytes]]:
+    """Every record batch in a (stopped) node's segment files for the partition, in offset
+    order, as stored."""
+    for path in sorted((data_dir / f"{topic}-{partition}").glob("*.log")):
+        data = path.read_bytes()
+        for position, header in iter_batches(data):
+            yield header, data[position:position + header.size]

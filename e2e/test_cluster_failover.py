@@ -7,40 +7,16 @@ exactly once and in order, replicas agree on every offset, the controller role m
 
 from __future__ import annotations
 
-import glob
-import os
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from e2e.kafka_dist import ensure_artifacts, kafka_tool
-from moldau.cluster.launcher import LocalCluster, free_base_port
-from moldau.records.codec import decode_records, iter_batches
-
-FAST = {
-    "broker.session.timeout.ms": 3000,
-    "broker.heartbeat.interval.ms": 500,
-    "replica.lag.time.max.ms": 4000,
-    "controller.quorum.election.timeout.ms": 500,
-    "controller.quorum.fetch.timeout.ms": 1000,
-    "group.initial.rebalance.delay.ms": 0,
-}
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    local = LocalCluster(tmp_path / "cluster", brokers=3, base_port=free_base_port(3),
-                         overrides=FAST)
-    local.start(timeout=60)
-    try:
-        yield local
-    finally:
-        local.stop(timeout=30)
+from e2e.support import segment_batches
+from moldau.cluster.launcher import LocalCluster
+from moldau.records.codec import decode_records
 
 
 def create_topic(bootstrap: str, name: str, partitions: int = 1, factor: int = 3,
@@ -132,17 +108,10 @@ def consume_all(bootstrap: str, topic: str, partition: int = 0) -> list[tuple[in
 def replica_records(cluster: LocalCluster, node_id: int, topic: str,
                     partition: int = 0) -> list[tuple[int, bytes | None]]:
     """(offset, value) of every record in a stopped node's log files for the partition."""
-    directory = cluster.node(node_id).data_dir / f"{topic}-{partition}"
-    out: list[tuple[int, bytes | None]] = []
-    for path in sorted(glob.glob(os.path.join(directory, "*.log"))):
-        data = Path(path).read_bytes()
-        for pos, header in iter_batches(data):
-            batch = data[pos:pos + header.size]
-            if header.is_control:
-                continue
-            for record in decode_records(batch):
-                out.append((header.base_offset + record.offset_delta, record.value))
-    return out
+    stored = segment_batches(cluster.node(node_id).data_dir, topic, partition)
+    return [(header.base_offset + record.offset_delta, record.value)
+            for header, batch in stored if not header.is_control
+            for record in decode_records(batch)]
 
 
 def assert_exactly_once_in_order(values: list[int], acked: list[int]) -> None:

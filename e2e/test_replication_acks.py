@@ -4,37 +4,13 @@ up byte for byte the same once it is back."""
 
 from __future__ import annotations
 
-import glob
-import os
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from moldau.cluster.launcher import LocalCluster, free_base_port
-from moldau.records.codec import iter_batches
+from e2e.support import segment_batches
+from moldau.cluster.launcher import LocalCluster
 
-FAST = {
-    "broker.session.timeout.ms": 3000,
-    "broker.heartbeat.interval.ms": 500,
-    "replica.lag.time.max.ms": 4000,
-    "controller.quorum.election.timeout.ms": 500,
-    "controller.quorum.fetch.timeout.ms": 1000,
-}
 TOPIC = "acks-isr"
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    local = LocalCluster(tmp_path / "cluster", brokers=3, base_port=free_base_port(3),
-                         overrides=FAST)
-    local.start(timeout=60)
-    try:
-        yield local
-    finally:
-        local.stop(timeout=30)
 
 
 def deliver(bootstrap: str, value: bytes, acks: str) -> KafkaError | None:
@@ -56,13 +32,8 @@ def isr(cluster: LocalCluster) -> tuple[int, list[int]]:
 
 def log_batches(cluster: LocalCluster, node_id: int) -> bytes:
     """The partition's record batches as stored in a stopped node's segment files."""
-    directory = cluster.node(node_id).data_dir / f"{TOPIC}-0"
-    out = bytearray()
-    for path in sorted(glob.glob(os.path.join(directory, "*.log"))):
-        data = Path(path).read_bytes()
-        for position, header in iter_batches(data):
-            out += data[position:position + header.size]
-    return bytes(out)
+    stored = segment_batches(cluster.node(node_id).data_dir, TOPIC)
+    return b"".join(batch for _, batch in stored)
 
 
 def test_acks_all_needs_min_insync_replicas_and_replicas_end_identical(cluster):
