@@ -193,14 +193,12 @@ class ReplicaManager(LeaderAppends):
     async def _drain_backlog(self) -> None:
         while self._backlog:
             records = self._backlog[0]
-            wanted = [(topic, record, self.log_config_for(topic))
-                      for topic, record in reversed(self._new_replicas(records))]
-            while wanted:  # popped from the end: in the batch's order
-                slice_end = time.monotonic() + NEW_LOGS_SLICE_S
-                self._create_log(*wanted.pop())
-                while wanted and time.monotonic() < slice_end:
-                    self._create_log(*wanted.pop())
-                await asyncio.sleep(0)  # requests that arrived meanwhile go first
+            slice_end = time.monotonic() + NEW_LOGS_SLICE_S
+            for topic, record in self._new_replicas(records):
+                self._create_log(topic, record, self.log_config_for(topic))
+                if time.monotonic() >= slice_end:
+                    await asyncio.sleep(0)  # requests that arrived meanwhile go first
+                    slice_end = time.monotonic() + NEW_LOGS_SLICE_S
             if self._backlog and self._backlog[0] is records:  # not cleared by stop()
                 self._backlog.popleft()
                 self._apply(records)
