@@ -114,6 +114,16 @@ def replica_records(cluster: LocalCluster, node_id: int, topic: str,
             for record in decode_records(batch)]
 
 
+def replicas_agree(cluster: LocalCluster, topic: str) -> int:
+    """Assert that the three stopped nodes hold the same records at the offsets all of them
+    have; returns how many records that is."""
+    logs = [replica_records(cluster, node, topic) for node in (1, 2, 3)]
+    shortest = min(len(entries) for entries in logs)
+    for entries in logs[1:]:
+        assert entries[:shortest] == logs[0][:shortest]
+    return shortest
+
+
 def assert_exactly_once_in_order(values: list[int], acked: list[int]) -> None:
     assert len(values) == len(set(values)), "a record was written twice"
     assert values == sorted(values), "records are out of order"
@@ -141,11 +151,7 @@ def test_leader_kill_loses_no_acknowledged_record(cluster: LocalCluster) -> None
     assert_exactly_once_in_order(values, producer.acked)
     # Every replica holds the same records at the same offsets.
     cluster.stop(timeout=30)
-    logs = [replica_records(cluster, node, "numbers") for node in (1, 2, 3)]
-    shortest = min(len(entries) for entries in logs)
-    assert shortest >= len(producer.acked)
-    for entries in logs[1:]:
-        assert entries[:shortest] == logs[0][:shortest]
+    assert replicas_agree(cluster, "numbers") >= len(producer.acked)
 
 
 def test_controller_kill_elects_another(cluster: LocalCluster) -> None:
@@ -220,10 +226,7 @@ def test_double_failover_keeps_acknowledged_data(cluster: LocalCluster) -> None:
     values = [value for _, value in consume_all(bootstrap, "double")]
     assert_exactly_once_in_order(values, producer.acked)
     cluster.stop(timeout=30)
-    logs = [replica_records(cluster, node, "double") for node in (1, 2, 3)]
-    shortest = min(len(entries) for entries in logs)
-    for entries in logs[1:]:
-        assert entries[:shortest] == logs[0][:shortest]
+    replicas_agree(cluster, "double")
 
 
 class GroupReader:
