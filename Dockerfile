@@ -2,11 +2,9 @@
 FROM python:3.11-slim
 
 WORKDIR /opt/moldau
-COPY pyproject.toml README.md ./
-COPY moldau ./moldau
-COPY broker ./broker
 COPY client ./client
-RUN pip install --no-cache-dir . && useradd --system --uid 1001 moldau \
+COPY broker ./broker
+RUN pip install --no-cache-dir ./client ./broker && useradd --system --uid 1001 moldau \
     && mkdir -p /var/lib/moldau && chown moldau /var/lib/moldau
 
 USER moldau

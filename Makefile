@@ -3,16 +3,28 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+UV_VERSION := 0.13.8
+# uv installs the workspace; it reads the platform's CA certificates like pip does.
+UV := UV_SYSTEM_CERTS=1 $(BIN)/uv
+COMPONENTS := client broker
 
-.PHONY: install tools kafka-deps run test lint fmt docs clean
+.PHONY: install lock tools kafka-deps run test lint fmt docs clean
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+## Every component (editable) and the test tools, at the versions requirements-dev.lock pins.
+$(STAMP): requirements-dev.lock $(COMPONENTS:%=%/pyproject.toml)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet uv==$(UV_VERSION)
+	$(UV) pip sync --quiet --python $(BIN)/python requirements-dev.lock
 	touch $(STAMP)
+
+## Re-resolve the workspace (pyproject.toml's dev group and each component's dependencies)
+## to the newest allowed versions and write requirements-dev.lock.
+lock: $(STAMP)
+	$(UV) lock --quiet --upgrade
+	$(UV) export --quiet --all-packages --group dev --format requirements-txt \
+		--output-file requirements-dev.lock
 
 ## System tools the end-to-end tests drive: kcat (Debian package).
 tools:
@@ -46,7 +58,7 @@ fmt: install
 	$(BIN)/ruff format .
 
 clean:
-	rm -rf $(VENV) data build *.egg-info
+	rm -rf $(VENV) data build */build */src/*.egg-info uv.lock
 
 ## Moldau next to Apache Kafka on this machine, same workloads and load generators (~20 min;
 ## BENCH_ARGS=--quick for a few); writes docs/benchmarks.md. See bench/harness.py.

@@ -39,7 +39,7 @@ def moldau_executable() -> str:
     if beside.exists():
         return str(beside)
     found = shutil.which("moldau")
-    assert found, "the moldau command is not installed (pip install -e .)"
+    assert found, "the moldau command is not installed (make install)"
     return found
 
 

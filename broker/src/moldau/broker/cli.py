@@ -1,9 +1,9 @@
-"""The `moldau` command line: one entry point for the broker and the tools."""
+"""The broker's subcommands of `moldau`: `moldau broker` and `moldau cluster`."""
 
 from __future__ import annotations
 
 import argparse
-import sys
+from typing import Any
 
 
 def _broker(args: argparse.Namespace) -> int:
@@ -12,11 +12,8 @@ def _broker(args: argparse.Namespace) -> int:
     return run(args.config, args.override, args.log_level)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="moldau", description="Moldau: a Kafka-compatible streaming platform.")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-
+def add_commands(commands: Any) -> None:
+    """Add `broker` and `cluster` to the `moldau` command's subparsers."""
     broker = commands.add_parser(
         "broker", help="run a broker",
         description="Run one broker. With no options it listens on localhost:9092 and keeps "
@@ -35,18 +32,3 @@ def build_parser() -> argparse.ArgumentParser:
     from moldau.cluster.cli import add_command as add_cluster_command
 
     add_cluster_command(commands)
-
-    # Client tools (topics, produce, perf), defined next to the client library.
-    from moldau.client.cli import add_commands
-
-    add_commands(commands)
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return args.run(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

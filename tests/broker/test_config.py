@@ -75,5 +75,5 @@ def test_configuration_doc_is_current():
 
     from moldau.broker.config_doc import render
 
-    doc = (Path(__file__).parent.parent / "docs" / "configuration.md").read_text()
+    doc = (Path(__file__).parents[2] / "docs" / "configuration.md").read_text()
     assert doc == render(), "run `make docs` to regenerate docs/configuration.md"

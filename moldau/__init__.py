@@ -1,1 +1,0 @@
-"""Moldau: a Kafka-compatible streaming platform."""
