@@ -13,7 +13,8 @@ import pytest
 from log_helpers import SMALL, append, config, make_batch
 
 from moldau.broker.log.checkpoint import read_offsets
-from moldau.broker.log.manager import CLEAN_SHUTDOWN_FILE, LogDirLockedError, LogManager
+from moldau.broker.log.dir_lock import LogDirLockedError
+from moldau.broker.log.manager import CLEAN_SHUTDOWN_FILE, LogManager
 
 TOPIC_ID = uuid.UUID("6ba7b810-9dad-11d1-80b4-00c04fd430c8")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -118,6 +119,8 @@ BROKER_CONFIG = ConfigDef([
     # Log.
     ConfigKey("log.dirs", T.LIST, None, "Directories of the log data"),
     ConfigKey("log.dir", T.STRING, DEFAULT_LOG_DIRS, "Log directory, if log.dirs is unset"),
+    ConfigKey("metadata.log.dir", T.STRING, None, "Directory of the metadata log; defaults "
+              "to the first of log.dirs"),
     ConfigKey("log.segment.bytes", T.INT, 1073741824, "Segment size (Kafka 4: at least 1 MiB)",
               at_least(1048576)),
     ConfigKey("log.roll.ms", T.LONG, None, "Segment roll time; overrides log.roll.hours"),
@@ -289,6 +292,10 @@ class BrokerConfig:
         self.log_dirs: list[str] = v["log.dirs"] or [v["log.dir"]]
         if not self.log_dirs:
             raise ConfigError("Invalid value for configuration log.dirs: no directory given")
+        self.metadata_log_dir: str = v["metadata.log.dir"] or self.log_dirs[0]
+        # Every directory the node writes to; all are locked before any is touched.
+        self.data_dirs = list(dict.fromkeys(
+            os.path.abspath(d) for d in [*self.log_dirs, self.metadata_log_dir]))
         # Kafka derives the *.ms forms from hours/minutes when they are not set.
         if v["log.retention.ms"] is None:
             minutes = v["log.retention.minutes"]

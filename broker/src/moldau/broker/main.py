@@ -8,6 +8,7 @@ import signal
 import sys
 
 from moldau.broker.config import BrokerConfig, parse_overrides
+from moldau.broker.log.dir_lock import LogDirLockedError
 from moldau.broker.server import Broker
 from moldau.config import ConfigError
 
@@ -52,6 +53,10 @@ async def _serve(config: BrokerConfig) -> int:
         print(f"moldau broker: {exc}", file=sys.stderr)
         await broker.stop()
         return 2
+    except LogDirLockedError as exc:
+        # Taken first, so nothing else has started: leave without a word more.
+        print(f"moldau broker: {exc}", file=sys.stderr)
+        return 1
     except OSError as exc:
         print(f"moldau broker: cannot start: {exc}", file=sys.stderr)
         await broker.stop()

@@ -20,6 +20,7 @@ from moldau.broker.handlers.api_versions import unsupported_version_response
 from moldau.broker.handlers.pool import RequestHandlerPool
 from moldau.broker.handlers.registry import APIS, Deferred, decode_frame, dispatch
 from moldau.broker.log.cleaner import CleanerConfig
+from moldau.broker.log.dir_lock import DirLocks
 from moldau.broker.log.manager import LogManager
 from moldau.broker.metadata.broker_lifecycle import BrokerLifecycle
 from moldau.broker.metadata.controller import Controller
@@ -54,6 +55,7 @@ class Broker:
         self.endpoints: list[Endpoint] = []
         self._ready = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self.dir_locks = DirLocks()
         self.channel = RequestChannel(config["queued.max.requests"])
         self.network = SocketServer(config, self.channel, self._decode, self._ready.wait)
         self.handlers = RequestHandlerPool(self.channel, self._dispatch,
@@ -94,12 +96,15 @@ class Broker:
     async def start(self) -> None:
         started = time.monotonic()
         config = self.config
+        # Before anything reads, writes or listens: a second process on the same directories
+        # must leave without touching them (the quorum state, meta.properties, the logs).
+        await asyncio.to_thread(self.dir_locks.acquire_all, config.data_dirs)
         # Accept early; requests wait until recovery and metadata loading are done.
         bound = await self.network.start()
         self.endpoints = [self._advertised(endpoint) for endpoint in bound]
         voters = config["controller.quorum.voters"]
         self.cluster_id = await asyncio.to_thread(
-            ensure_formatted, config.log_dirs, self.node_id,
+            ensure_formatted, config.data_dirs, self.node_id,
             quorum_cluster_id(",".join(sorted(voters))) if voters else None)
         self.image = MetadataImage()
         self.quorum = MetadataQuorum(config, self.image, self.cluster_id)
@@ -146,7 +151,8 @@ class Broker:
             producer_id_expiration_ms=config["producer.id.expiration.ms"],
             retention_check_interval_ms=config["log.retention.check.interval.ms"],
             reserved_dirs=frozenset({METADATA_DIR}),
-            cleaner_config=CleanerConfig.from_values(config.values))
+            cleaner_config=CleanerConfig.from_values(config.values),
+            dir_locks=self.dir_locks)
         # The embedded single node (no controller listener) has no followers: its ISR is
         # itself and the high watermark follows the log end, with no AlterPartition.
         alone = config.controller_listener is None and len(config.voters) == 1
@@ -298,6 +304,7 @@ class Broker:
             await self.controller_channel.close()
         if quorum is not None:
             await quorum.close()
+        self.dir_locks.release()
         log.info("Shut down cleanly")
 
 

@@ -2,7 +2,7 @@
 
 Each log directory holds:
 
-    .lock                               flock'ed while a broker uses the directory
+    .lock                               flock'ed, with the holder's pid, while in use
     .kafka_cleanshutdown                present only after a clean shutdown
     recovery-point-offset-checkpoint    offsets below which each log is known to be flushed
     log-start-offset-checkpoint         each log's start offset (moved by DeleteRecords)
@@ -13,8 +13,6 @@ Each log directory holds:
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import logging
 import os
 import shutil
@@ -35,12 +33,12 @@ from .checkpoint import (
 )
 from .cleaner import CleanerConfig, LogCleaner
 from .config import LogConfig
+from .dir_lock import DirLocks
 from .log import PartitionLog, parse_partition_dir, partition_dir_name
 from .segment import DeletionScheduler
 
 log = logging.getLogger(__name__)
 
-LOCK_FILE = ".lock"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 DELETE_DIR_SUFFIX = "-delete"
 CHECKPOINT_INTERVAL_MS = 60000
@@ -48,16 +46,13 @@ CHECKPOINT_INTERVAL_MS = 60000
 TopicPartition = tuple[str, int]
 
 
-class LogDirLockedError(RuntimeError):
-    """Another process holds a log directory's lock."""
-
-
 class LogManager:
     def __init__(self, log_dirs: list[str], *, default_config: LogConfig,
                  recovery_threads: int = 2, producer_id_expiration_ms: int = 86400000,
                  retention_check_interval_ms: int = 300000,
                  reserved_dirs: frozenset[str] = frozenset(),
-                 cleaner_config: CleanerConfig | None = None) -> None:
+                 cleaner_config: CleanerConfig | None = None,
+                 dir_locks: DirLocks | None = None) -> None:
         if not log_dirs:
             raise ValueError("at least one log directory is required")
         self.log_dirs = [os.path.abspath(d) for d in log_dirs]
@@ -70,7 +65,10 @@ class LogManager:
         self._log_dir_of: dict[TopicPartition, str] = {}
         self._topic_configs: dict[str, LogConfig] = {}
         self._lock = threading.RLock()
-        self._lock_fds: dict[str, int] = {}
+        # The broker locks its directories before anything else touches them and passes
+        # the locks in; a manager used on its own takes (and releases) its own.
+        self._owns_locks = dir_locks is None
+        self._dir_locks = dir_locks or DirLocks()
         self._scheduler = DeletionScheduler()
         self._last_retention_ms = 0
         self._last_checkpoint_ms = 0
@@ -90,7 +88,7 @@ class LogManager:
         clean_dirs: list[str] = []
         for d in self.log_dirs:
             os.makedirs(d, exist_ok=True)
-            self._lock_dir(d)
+            self._dir_locks.acquire(d)
             clean = os.path.exists(os.path.join(d, CLEAN_SHUTDOWN_FILE))
             if clean:
                 clean_dirs.append(d)
@@ -152,25 +150,9 @@ class LogManager:
         plog.truncation_listener = self.cleaner.note_truncation
         return plog
 
-    def _lock_dir(self, d: str) -> None:
-        if d in self._lock_fds:
-            return
-        fd = os.open(os.path.join(d, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise LogDirLockedError(
-                f"log dir {d} is locked by another process ({LOCK_FILE}); is another broker "
-                f"using the same log.dirs?") from None
-        self._lock_fds[d] = fd
-
     def _unlock_dirs(self) -> None:
-        for fd in self._lock_fds.values():
-            with contextlib.suppress(OSError):
-                fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
-        self._lock_fds.clear()
+        if self._owns_locks:
+            self._dir_locks.release()
 
     @staticmethod
     def _read_checkpoint(d: str, name: str) -> dict[TopicPartition, int]:
@@ -208,7 +190,7 @@ class LogManager:
                 counts[d] += 1
             d = min(self.log_dirs, key=lambda x: counts[x])
             os.makedirs(d, exist_ok=True)
-            self._lock_dir(d)
+            self._dir_locks.acquire(d)
             plog = PartitionLog.open(
                 os.path.join(d, partition_dir_name(topic, partition)), topic, partition, config,
                 recovery_point=0, log_start_offset=0, clean_shutdown=True,
@@ -319,8 +301,8 @@ class LogManager:
                 failed_dirs.add(self._log_dir_of[tp])
         self._scheduler.run_pending()
         self.checkpoint()
-        for d in self._lock_fds:
-            if d not in failed_dirs:
+        for d in self.log_dirs:
+            if d in self._dir_locks.held() and d not in failed_dirs:
                 atomic_write(os.path.join(d, CLEAN_SHUTDOWN_FILE), b"")
         self._unlock_dirs()
         log.info("Log manager shut down (%d log(s) closed)", len(items))

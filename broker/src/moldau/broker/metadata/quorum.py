@@ -126,7 +126,7 @@ class MetadataQuorum:
         self.config = config
         self.node_id = config.node_id
         self.voters = config.voters
-        self.directory = os.path.join(config.log_dirs[0], METADATA_DIR)
+        self.directory = os.path.join(config.metadata_log_dir, METADATA_DIR)
         self.cluster_id = cluster_id
         self.state_machine = MetadataStateMachine(image)
         self.transport: TcpTransport | None = None

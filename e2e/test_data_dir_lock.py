@@ -1,0 +1,65 @@
+"""A second broker on a running broker's directories leaves them untouched."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from e2e.conftest import Broker
+from e2e.support import (
+    assert_records_equal,
+    kp_consume_all,
+    kp_create_topic,
+    kp_produce,
+    make_records,
+    unique,
+    with_offsets,
+)
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def _checksums(directories: list[Path]) -> dict[str, str]:
+    return {str(path): hashlib.sha256(path.read_bytes()).hexdigest()
+            for directory in directories for path in sorted(directory.rglob("*"))
+            if path.is_file()}
+
+
+def test_second_broker_on_the_same_dirs_leaves_without_touching_them(broker_factory, tmp_path):
+    dirs = [tmp_path / "shared" / "logs-a", tmp_path / "shared" / "logs-b"]
+    metadata_dir = tmp_path / "shared" / "metadata"
+    overrides = {"log.dirs": ",".join(map(str, dirs)), "metadata.log.dir": str(metadata_dir)}
+    first = broker_factory(overrides)
+    topic = unique("lock")
+    kp_create_topic(first.bootstrap, topic, partitions=2)
+    records = make_records(20, partitions=2)
+    kp_produce(first.bootstrap, topic, records, acks="all")
+    before = _checksums([*dirs, metadata_dir])
+    assert any("__cluster_metadata-0" in path for path in before)
+
+    second = Broker(tmp_path / "second", overrides)  # same directories, its own port
+    started = time.monotonic()
+    result = subprocess.run(second.command(), capture_output=True, text=True, timeout=60,
+                            cwd=second.workdir, stdin=subprocess.DEVNULL)
+    elapsed = time.monotonic() - started
+
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert str(dirs[0]) in lines[0] and f"process {first.proc.pid}" in lines[0], lines[0]
+    assert elapsed < 30, f"the second broker took {elapsed:.1f} s to give up"
+    assert _checksums([*dirs, metadata_dir]) == before
+
+    # The first broker did not notice: it still serves, and restarts with nothing to repair.
+    more = make_records(5, partitions=2, seed=2)
+    kp_produce(first.bootstrap, topic, more, acks="all")
+    first.stop()
+    first.restart()
+    consumed = kp_consume_all(first.bootstrap, topic, range(2))
+    assert_records_equal(consumed, with_offsets(records + more))
+    log_text = first.stderr_path.read_text(errors="replace")
+    assert "torn or corrupt" not in log_text, first.tail()
