@@ -122,6 +122,11 @@ class Broker:
                                        + self.tail())
         return self
 
+    def run_to_exit(self, timeout: float = 30) -> subprocess.CompletedProcess:
+        """Run the broker in the foreground, for a start-up expected to fail."""
+        return subprocess.run(self.command(), capture_output=True, timeout=timeout,
+                              cwd=self.workdir, stdin=subprocess.DEVNULL)
+
     def _pump_stdout(self, proc: subprocess.Popen, ready: threading.Event) -> None:
         with open(self.stdout_path, "ab") as out:
             for line in proc.stdout:

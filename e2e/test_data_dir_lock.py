@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import subprocess
 import time
 from pathlib import Path
 
@@ -43,12 +42,11 @@ def test_second_broker_on_the_same_dirs_leaves_without_touching_them(broker_fact
 
     second = Broker(tmp_path / "second", overrides)  # same directories, its own port
     started = time.monotonic()
-    result = subprocess.run(second.command(), capture_output=True, text=True, timeout=60,
-                            cwd=second.workdir, stdin=subprocess.DEVNULL)
+    result = second.run_to_exit(timeout=60)
     elapsed = time.monotonic() - started
 
     assert result.returncode != 0
-    lines = result.stderr.strip().splitlines()
+    lines = result.stderr.decode().strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert str(dirs[0]) in lines[0] and f"process {first.proc.pid}" in lines[0], lines[0]
     assert elapsed < 30, f"the second broker took {elapsed:.1f} s to give up"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import subprocess
 
 import pytest
 from confluent_kafka import KafkaError
@@ -182,11 +181,6 @@ def test_timestamp_too_far_in_the_future_is_rejected(module_broker):
 # --------------------------------------------------------------------------- start-up settings
 
 
-def run_to_exit(broker: Broker, timeout: float = 20) -> subprocess.CompletedProcess:
-    return subprocess.run(broker.command(), capture_output=True, timeout=timeout,
-                          cwd=broker.workdir, stdin=subprocess.DEVNULL)
-
-
 @pytest.mark.parametrize("setting,value", [
     ("num.partitions", "abc"),
     ("no.such.setting", "1"),
@@ -195,7 +189,7 @@ def run_to_exit(broker: Broker, timeout: float = 20) -> subprocess.CompletedProc
     ("message.max.bytes", "99999999999"),
 ])
 def test_bad_setting_stops_start_up_naming_it(tmp_path, setting, value):
-    proc = run_to_exit(Broker(tmp_path, {setting: value}))
+    proc = Broker(tmp_path, {setting: value}).run_to_exit()
     output = (proc.stdout + proc.stderr).decode(errors="replace")
     assert proc.returncode != 0, f"broker started with {setting}={value}: {output[-1000:]}"
     assert READY_MARKER not in output
@@ -205,7 +199,7 @@ def test_bad_setting_stops_start_up_naming_it(tmp_path, setting, value):
 def test_bad_setting_in_config_file(tmp_path):
     config = tmp_path / "server.properties"
     config.write_text("# a comment\nnum.partitions=2\nlog.retention.hourz=5\n")
-    proc = run_to_exit(Broker(tmp_path, config_file=config))
+    proc = Broker(tmp_path, config_file=config).run_to_exit()
     output = (proc.stdout + proc.stderr).decode(errors="replace")
     assert proc.returncode != 0
     assert "log.retention.hourz" in output, output[-1000:]
