@@ -65,3 +65,10 @@ clean:
 .PHONY: bench
 bench: install kafka-deps
 	$(BIN)/python -m bench $(BENCH_ARGS)
+
+## The names of every setting Kafka's broker defines, printed by the pinned Kafka release itself
+## (java/tools/KafkaBrokerConfigNames.java): the Kafka-only keys a broker accepts.
+.PHONY: kafka-config-names
+kafka-config-names: kafka-deps
+	java -cp "$$(bash java/fetch-kafka.sh | tail -n 1)/lib/*" \
+		java/tools/KafkaBrokerConfigNames.java > broker/src/moldau/broker/kafka_broker_configs.txt

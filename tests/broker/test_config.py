@@ -1,9 +1,13 @@
 """Broker settings: Kafka names, defaults, derived values and errors that name the key."""
 
+import re
+from pathlib import Path
+
 import pytest
 
 from moldau.broker.config import BrokerConfig, parse_overrides
-from moldau.config import ConfigError, load_properties
+from moldau.config import ConfigError
+from moldau.properties import load_properties
 
 
 def test_defaults_match_kafka():
@@ -62,6 +66,43 @@ def test_properties_file(tmp_path):
                     "listeners: PLAINTEXT://h:1\nlong.value=a,\\\n   b\n")
     assert load_properties(str(path)) == {"node.id": "3", "log.dirs": "/data/x",
                                           "listeners": "PLAINTEXT://h:1", "long.value": "a,b"}
+
+
+def test_settings_only_kafka_defines_are_kept_as_text_not_applied():
+    config = BrokerConfig({"controller.quorum.bootstrap.servers": "localhost:9093",
+                           "transaction.state.log.min.isr": "not a number",
+                           "num.partitions": "3"})
+    assert config.not_applied == {"controller.quorum.bootstrap.servers": "localhost:9093",
+                                  "transaction.state.log.min.isr": "not a number"}
+    assert config["num.partitions"] == 3
+    # Moldau's own settings keep their validation.
+    with pytest.raises(ConfigError, match="num.partitions"):
+        BrokerConfig({"transaction.state.log.min.isr": "2", "num.partitions": "x"})
+
+
+@pytest.mark.parametrize(("name", "message"), [
+    ("log.retention.hour", "Unknown broker configuration 'log.retention.hour'; "
+                           "did you mean 'log.retention.hours'?"),
+    ("share.coordinator.state.topic.min.isrs", "did you mean "
+                                               "'share.coordinator.state.topic.min.isr'?"),
+    ("completely.different", "Unknown broker configuration 'completely.different'$"),
+])
+def test_unknown_setting_suggests_a_close_known_one(name, message):
+    with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
+        BrokerConfig({name: "1"})
+
+
+def test_kafka_key_list_comes_from_the_pinned_release():
+    from importlib import resources
+
+    from moldau.broker.config import KAFKA_BROKER_KEYS_FILE, kafka_broker_keys
+
+    pom = (Path(__file__).parents[2] / "java" / "pom.xml").read_text()
+    version = re.search(r"<kafka\.version>([^<]+)<", pom).group(1)
+    header = resources.files("moldau.broker").joinpath(KAFKA_BROKER_KEYS_FILE).read_text()
+    assert header.startswith(f"# Every setting Apache Kafka {version}'s broker defines")
+    # Every Moldau setting Kafka also has is in the list, under the same name.
+    assert {"log.dirs", "node.id", "metadata.log.dir"} <= kafka_broker_keys()
 
 
 def test_parse_overrides():

@@ -155,36 +155,3 @@ class ConfigDef:
         values = {name: key.default for name, key in self.keys.items()}
         values.update(parsed)
         return values
-
-
-def load_properties(path: str) -> dict[str, str]:
-    """Read a Java-style .properties file (key=value or key: value, # and ! comments)."""
-    values: dict[str, str] = {}
-    with open(path, encoding="utf-8") as handle:
-        pending = ""
-        for raw_line in handle:
-            line = raw_line.rstrip("\n")
-            if not pending and line.lstrip().startswith(("#", "!")):
-                continue
-            if line.endswith("\\") and not line.endswith("\\\\"):
-                pending += line[:-1].lstrip()
-                continue
-            line = (pending + line.lstrip()).strip()
-            pending = ""
-            if not line:
-                continue
-            key, value = _split_property(line)
-            values[key] = value
-    return values
-
-
-def _split_property(line: str) -> tuple[str, str]:
-    for index, char in enumerate(line):
-        if char in "=:":
-            return line[:index].strip(), line[index + 1:].strip()
-        if char.isspace():
-            rest = line[index:].lstrip()
-            if rest[:1] in ("=", ":"):
-                rest = rest[1:]
-            return line[:index].strip(), rest.strip()
-    return line, ""

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import difflib
+import functools
 import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from importlib import resources
 from typing import Any
 
 from moldau.broker.log.config import (
@@ -24,9 +27,9 @@ from moldau.config import (
     ConfigType,
     at_least,
     between,
-    load_properties,
     one_of,
 )
+from moldau.properties import load_properties
 
 T = ConfigType
 DEFAULT_LISTENERS = "PLAINTEXT://localhost:9092"
@@ -204,6 +207,36 @@ BROKER_CONFIG = ConfigDef([
               at_least(1)),
 ])
 
+# Every setting Kafka's broker defines, generated from Kafka itself (`make kafka-config-names`).
+KAFKA_BROKER_KEYS_FILE = "kafka_broker_configs.txt"
+
+
+@functools.cache
+def kafka_broker_keys() -> frozenset[str]:
+    text = resources.files(__package__).joinpath(KAFKA_BROKER_KEYS_FILE).read_text("ascii")
+    return frozenset(line.strip() for line in text.splitlines()
+                     if line.strip() and not line.startswith("#"))
+
+
+def split_known(raw: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """Moldau's own settings, and those only Kafka defines (accepted, not applied yet).
+
+    A key neither defines is an error, naming a close known key when there is one."""
+    own: dict[str, Any] = {}
+    kafka_only: dict[str, str] = {}
+    for name in sorted(raw):
+        if name in BROKER_CONFIG:
+            own[name] = raw[name]
+        elif name in kafka_broker_keys():
+            kafka_only[name] = str(raw[name])
+        else:
+            known = sorted(kafka_broker_keys() | set(BROKER_CONFIG.keys))
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(f"Unknown broker configuration {name!r}{hint}")
+    return own, kafka_only
+
+
 _LISTENER = re.compile(r"^(?P<name>[A-Za-z0-9_]+)://(?P<host>\[[^\]]*\]|[^:/]*):(?P<port>\d+)$")
 
 
@@ -264,7 +297,8 @@ class BrokerConfig:
     """The broker's effective settings. `values` holds every key, typed."""
 
     def __init__(self, raw: Mapping[str, Any]) -> None:
-        parsed = BROKER_CONFIG.parse(raw, what="broker configuration")
+        own, self.not_applied = split_known(raw)
+        parsed = BROKER_CONFIG.parse(own, what="broker configuration")
         self.overrides = parsed
         self.values = BROKER_CONFIG.with_defaults(parsed)
         self._derive()

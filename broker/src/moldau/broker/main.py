@@ -23,9 +23,6 @@ def run(config_path: str | None, override_items: list[str], log_level: str = "IN
     except ConfigError as exc:
         print(f"moldau broker: {exc}", file=sys.stderr)
         return 2
-    except OSError as exc:
-        print(f"moldau broker: cannot read {config_path}: {exc.strerror}", file=sys.stderr)
-        return 2
     return asyncio.run(_serve(config))
 
 

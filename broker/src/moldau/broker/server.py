@@ -99,6 +99,9 @@ class Broker:
         # Before anything reads, writes or listens: a second process on the same directories
         # must leave without touching them (the quorum state, meta.properties, the logs).
         await asyncio.to_thread(self.dir_locks.acquire_all, config.data_dirs)
+        if config.not_applied:
+            log.warning("Kafka settings accepted but not applied (not implemented yet): %s",
+                        ", ".join(config.not_applied))
         # Accept early; requests wait until recovery and metadata loading are done.
         bound = await self.network.start()
         self.endpoints = [self._advertised(endpoint) for endpoint in bound]

@@ -12,7 +12,8 @@ import base64
 import os
 import uuid
 
-from moldau.config import ConfigError, load_properties
+from moldau.config import ConfigError
+from moldau.properties import load_properties
 
 META_FILE = "meta.properties"
 

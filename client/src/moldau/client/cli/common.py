@@ -35,12 +35,12 @@ def parse_pairs(items: Iterable[str], what: str) -> dict[str, str]:
 def load_properties_file(path: str | None) -> dict[str, str]:
     if not path:
         return {}
-    from moldau.config import load_properties
+    from moldau.properties import PropertiesError, load_properties
 
     try:
         return load_properties(path)
-    except OSError as exc:
-        raise UsageError(f"Cannot read {path}: {exc.strerror or exc}") from None
+    except PropertiesError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def describe_error(exc: BaseException) -> str:
