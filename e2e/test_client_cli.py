@@ -161,7 +161,7 @@ def test_perf_produce_reports_throughput_and_latency(module_broker):
     assert rate < 260, lines[-1]
 
 
-def test_user_errors_are_one_line(module_broker):
+def test_user_errors_are_one_line(module_broker, tmp_path):
     server = ["--bootstrap-server", module_broker.bootstrap]
     missing = unique("cli-missing")
 
@@ -194,6 +194,12 @@ def test_user_errors_are_one_line(module_broker):
     assert "lingr.ms" in one_line_error(moldau(
         "produce", *server, "--topic", topic, "--producer-property", "lingr.ms=5",
         stdin=b"x\n"))
+    broken = tmp_path / "admin.properties"
+    broken.write_bytes(b"# \xff\nclient.id=a\\u00zz\n")
+    assert f"{broken}:2: Malformed \\uxxxx encoding" in one_line_error(moldau(
+        "topics", "list", *server, "--command-config", str(broken)))
+    assert f"Cannot read {tmp_path}: Is a directory" in one_line_error(moldau(
+        "topics", "list", *server, "--command-config", str(tmp_path)))
     assert "bootstrap" in one_line_error(moldau(
         "perf", "produce", "--topic", topic, "--num-records", "1", "--record-size", "1",
         "--throughput", "-1"))
