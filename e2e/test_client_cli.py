@@ -4,8 +4,11 @@ real broker, including their error messages."""
 from __future__ import annotations
 
 import re
+import signal
 import socket
 import subprocess
+import threading
+import time
 
 import pytest
 
@@ -16,6 +19,7 @@ from e2e.support import (
     kp_offsets,
     stored_batches,
     unique,
+    wait_until,
 )
 
 pytestmark = pytest.mark.timeout(120)
@@ -161,6 +165,38 @@ def test_perf_produce_reports_throughput_and_latency(module_broker):
     assert rate < 260, lines[-1]
 
 
+# Each command that needs a cluster, with its own bound set low, and what its error says.
+UNREACHABLE = {
+    "topics": (["topics", "list", "--timeout-ms", "1500"], "no broker"),
+    "groups": (["groups", "list", "--timeout-ms", "1500"], "no broker"),
+    "produce": (["produce", "--topic", "t", "--max-block-ms", "1500"],
+                "not present in metadata after 1500 ms"),
+    "consume": (["consume", "--topic", "t", "--timeout-ms", "1500"],
+                "Timeout expired while fetching topic metadata"),
+    "consume-api-timeout": (["consume", "--topic", "t", "--consumer-property",
+                             "default.api.timeout.ms=1500"],
+                            "Timeout expired while fetching topic metadata"),
+    "perf-produce": (["perf", "produce", "--topic", "t", "--num-records", "5",
+                      "--record-size", "10", "--throughput", "-1", "--producer-props",
+                      "max.block.ms=1500"], "not present in metadata after 1500 ms"),
+    "perf-consume": (["perf", "consume", "--topic", "t", "--messages", "5", "--timeout",
+                      "1500"], "Timeout expired while fetching topic metadata"),
+}
+
+
+@pytest.mark.parametrize("command", sorted(UNREACHABLE))
+def test_unreachable_cluster_is_one_line_error_within_the_bound(command):
+    """A closed port: the command gives up after its timeout with one line naming the
+    address it could not reach, instead of waiting forever."""
+    args, expected = UNREACHABLE[command]
+    address = f"127.0.0.1:{closed_port()}"
+    started = time.monotonic()
+    line = one_line_error(moldau(*args, "--bootstrap-server", address, stdin=b"x\n"))
+    elapsed = time.monotonic() - started
+    assert expected in line and address in line, line
+    assert elapsed < 30, f"{command} took {elapsed:.1f} s"
+
+
 def test_user_errors_are_one_line(module_broker, tmp_path):
     server = ["--bootstrap-server", module_broker.bootstrap]
     missing = unique("cli-missing")
@@ -206,3 +242,75 @@ def test_user_errors_are_one_line(module_broker, tmp_path):
     # Command-line syntax errors are argparse's: usage and exit status 2.
     proc = moldau("topics", "create", *server)
     assert proc.returncode == 2 and b"--topic" in proc.stderr
+
+
+def _start_producer(bootstrap: str, topic: str, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen([moldau_executable(), "produce", "--bootstrap-server", bootstrap,
+                             "--topic", topic, *extra], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+class LineFeeder(threading.Thread):
+    """Writes numbered lines into the producer's standard input until it stops reading."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        super().__init__(daemon=True)
+        self.proc = proc
+        self.written = 0
+        self.start()
+
+    def run(self) -> None:
+        try:
+            while True:
+                self.proc.stdin.write(b"".join(
+                    b"line %d\n" % i for i in range(self.written, self.written + 500)))
+                self.proc.stdin.flush()
+                self.written += 500
+        except (BrokenPipeError, ValueError, OSError):
+            pass
+
+
+def _interrupted_output(proc: subprocess.Popen, timeout: float = 60) -> list[str]:
+    proc.wait(timeout)
+    err = proc.stderr.read().decode()
+    assert proc.returncode == 130, (proc.returncode, err[-2000:])
+    assert "Traceback" not in err and "Error when sending" not in err, err[-2000:]
+    lines = err.strip().splitlines()
+    assert len(lines) <= 1, f"{len(lines)} lines on stderr: {err[-2000:]}"
+    return lines
+
+
+def test_ctrl_c_delivers_what_was_sent_and_exits_quietly(module_broker):
+    topic = unique("cli-sigint")
+    ok(moldau("topics", "create", "--bootstrap-server", module_broker.bootstrap,
+              "--topic", topic, "--partitions", "1"))
+    proc = _start_producer(module_broker.bootstrap, topic)
+    feeder = LineFeeder(proc)
+    wait_until(lambda: kp_offsets(module_broker.bootstrap, topic)[1] >= 2000, 60,
+               "records from the running producer")
+    proc.send_signal(signal.SIGINT)  # records are in flight: the feeder never stops
+    assert _interrupted_output(proc) == []
+    feeder.join(10)
+    values = [r.value for r in ck_consume_all(module_broker.bootstrap, topic)]
+    assert len(values) >= 2000
+    assert values == [b"line %d" % i for i in range(len(values))], "lost or reordered"
+
+
+def test_second_ctrl_c_aborts_at_once(module_broker):
+    """Records the broker cannot acknowledge (min.insync.replicas above the replicas)
+    keep the first Ctrl-C's flush waiting; the second gives up with one summary line."""
+    topic = unique("cli-sigint2")
+    ok(moldau("topics", "create", "--bootstrap-server", module_broker.bootstrap,
+              "--topic", topic, "--partitions", "1", "--config", "min.insync.replicas=2"))
+    proc = _start_producer(module_broker.bootstrap, topic, "--request-required-acks", "all")
+    feeder = LineFeeder(proc)
+    # Far more than a pipe holds: the producer has read (and sent) thousands of lines.
+    wait_until(lambda: feeder.written >= 30000, 60, "the producer reading lines")
+    proc.send_signal(signal.SIGINT)
+    with pytest.raises(subprocess.TimeoutExpired):
+        proc.wait(3)  # still flushing: nothing can be acknowledged
+    proc.send_signal(signal.SIGINT)
+    lines = _interrupted_output(proc, timeout=30)
+    assert len(lines) == 1 and re.fullmatch(
+        r"Interrupted: \d+ records were not delivered\.", lines[0]), lines
+    feeder.join(10)

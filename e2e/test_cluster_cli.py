@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from e2e.conftest import moldau_executable
+from e2e.support import ck_consume_all, ck_produce, make_records, unique, wait_until
 from moldau.client import Admin, NewTopic
 from moldau.cluster import ClusterError, ClusterStartError, LocalCluster, free_base_port
 
@@ -95,6 +96,7 @@ def test_help_texts():
     assert "cluster" in top
     for action, flags in [("up", ["--brokers", "--data-dir", "--base-port", "--override",
                                   "--timeout"]),
+                          ("start", ["NODE", "--data-dir", "--timeout"]),
                           ("status", ["--data-dir"]), ("down", ["--data-dir", "--timeout"])]:
         text = ok(moldau("cluster", action, "--help"))
         for flag in flags:
@@ -266,3 +268,50 @@ def test_three_node_cluster(cluster_dir):
     assert "killing it" not in proc.stderr, proc.stderr
     assert not any(pid_runs(pid) for pid in pids)
     assert recorded_pids(cluster_dir) == []
+
+
+def node_pid(data_dir: Path, node_id: int) -> int:
+    state = json.loads((data_dir / "cluster.json").read_text())
+    return next(node["pid"] for node in state["nodes"] if node["node_id"] == node_id)
+
+
+def kill_node(data_dir: Path, node_id: int) -> None:
+    pid = node_pid(data_dir, node_id)
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: not pid_runs(pid), 30, f"node {node_id} (pid {pid}) to die")
+
+
+def test_a_killed_node_is_shown_down_and_started_again(cluster_dir):
+    base = free_base_port(3)
+    bootstrap = ok(up(cluster_dir, 3, base)).strip().removeprefix("bootstrap.servers=")
+    kill_node(cluster_dir, 3)
+
+    text = ok(moldau("cluster", "status", "--data-dir", str(cluster_dir)))
+    assert [row[3] for _, row in sorted(status_rows(text).items())] == ["yes", "yes", "no"]
+    assert "nodes down: 3 (start with: moldau cluster start 3 " in text, text
+    # Only a stopped node can be started.
+    assert "already running" in failed(moldau("cluster", "start", "1", "--data-dir",
+                                              str(cluster_dir)))
+
+    out = ok(moldau("cluster", "start", "3", "--data-dir", str(cluster_dir),
+                    "--timeout", UP_TIMEOUT))
+    assert out.strip() == f"bootstrap.servers={bootstrap}"
+    text = ok(moldau("cluster", "status", "--data-dir", str(cluster_dir)))
+    assert all(row[3] == "yes" for row in status_rows(text).values()), text
+    assert "registered brokers: 3/3 (1, 2, 3)" in text and "nodes down" not in text
+
+    # `up` on the running cluster starts whatever node is missing.
+    kill_node(cluster_dir, 2)
+    proc = moldau("cluster", "up", "--data-dir", str(cluster_dir), "--timeout", UP_TIMEOUT)
+    assert ok(proc).strip() == f"bootstrap.servers={bootstrap}"
+    assert "started the stopped node 2" in proc.stderr
+    assert "registered brokers: 3/3 (1, 2, 3)" in ok(
+        moldau("cluster", "status", "--data-dir", str(cluster_dir)))
+
+    # The healed cluster serves a topic that needs all three nodes.
+    topic = unique("healed")
+    with Admin({"bootstrap.servers": bootstrap}) as admin:
+        admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=3)])
+    records = make_records(20)
+    ck_produce(bootstrap, topic, records, acks="all")
+    assert [r.value for r in ck_consume_all(bootstrap, topic)] == [r.value for r in records]

@@ -159,3 +159,24 @@ def test_acks_variants(module_broker):
             break
         time.sleep(0.2)
     assert_records_equal(got, with_offsets(written))
+
+
+def test_transactional_producer_fails_fast_with_the_cause(module_broker):
+    """Until transactions exist, init_transactions gets a fatal error at once (not its
+    timeout) and the broker says why in one log line."""
+    from confluent_kafka import KafkaException, Producer
+
+    transactional_id = unique("ck-txn")
+    producer = Producer({"bootstrap.servers": module_broker.bootstrap,
+                         "transactional.id": transactional_id})
+    started = time.monotonic()
+    with pytest.raises(KafkaException) as raised:
+        producer.init_transactions(30)
+    elapsed = time.monotonic() - started
+    error = raised.value.args[0]
+    assert error.fatal(), error
+    assert "Transactions are not supported" in error.str(), error.str()
+    assert elapsed < 10, f"init_transactions took {elapsed:.1f} s"
+    log = [line for line in module_broker.stderr_path.read_text().splitlines()
+           if transactional_id in line]
+    assert len(log) == 1 and "Transactions are not supported" in log[0], log

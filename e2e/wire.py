@@ -704,10 +704,11 @@ def fetch_all_batches(bootstrap: str, topic: str, partition: int = 0) -> list[Ba
 # --------------------------------------------------------------------------- InitProducerId v4
 
 
-def init_producer_id(conn: Conn, correlation_id: int) -> tuple[int, int, int]:
-    """(error code, producer id, epoch) for an idempotent (non-transactional) producer."""
-    body = compact_string(None) + int32(60000) + int64(-1) + int16(-1) + TAGS
-    conn.send(request(INIT_PRODUCER_ID, 4, correlation_id, body, flexible=True))
+def init_producer_id(conn: Conn, correlation_id: int, transactional_id: str | None = None
+                     ) -> tuple[int, int, int]:
+    """(error code, producer id, epoch) for an idempotent producer, or a transactional one
+    when `transactional_id` is given."""
+    conn.send(init_producer_id_request(correlation_id, transactional_id))
     corr, reader = conn.recv_response(header_v1=True)
     assert corr == correlation_id
     reader.int32()
@@ -732,6 +733,7 @@ def describe_cluster_request(correlation_id: int) -> bytes:
     return request(DESCRIBE_CLUSTER, 0, correlation_id, int8(0) + TAGS, flexible=True)
 
 
-def init_producer_id_request(correlation_id: int) -> bytes:
-    body = compact_string(None) + int32(60000) + int64(-1) + int16(-1) + TAGS
+def init_producer_id_request(correlation_id: int, transactional_id: str | None = None
+                             ) -> bytes:
+    body = compact_string(transactional_id) + int32(60000) + int64(-1) + int16(-1) + TAGS
     return request(INIT_PRODUCER_ID, 4, correlation_id, body, flexible=True)

@@ -1,8 +1,9 @@
-"""`moldau cluster up|status|down`: a local multi-node cluster for development and tests.
+"""`moldau cluster up|start|status|down`: a local multi-node cluster for development and
+tests.
 
-Progress goes to stderr; stdout carries the result (the bootstrap.servers line of `up`, the
-table of `status`, the summary of `down`). Mistakes and failures end with an `Error: ...`
-message on stderr and exit status 1.
+Progress goes to stderr; stdout carries the result (the bootstrap.servers line of `up` and
+`start`, the table of `status`, the summary of `down`). Mistakes and failures end with an
+`Error: ...` message on stderr and exit status 1.
 """
 
 from __future__ import annotations
@@ -79,7 +80,8 @@ def add_command(commands: Any) -> None:
                     "leader and every broker is registered; then print "
                     "bootstrap.servers=... on stdout. The brokers keep running, each logging "
                     "to DIR/node-<id>/broker.log, until `moldau cluster down`. Run again on "
-                    "a stopped cluster's directory to restart it with its data.",
+                    "a stopped cluster's directory to restart it with its data, or on a "
+                    "running cluster with stopped nodes to start just those.",
         epilog="example: moldau cluster up --brokers 3 --data-dir /tmp/moldau-cluster "
                "--override num.partitions=6")
     up.add_argument("--brokers", type=_positive_int, metavar="N",
@@ -99,6 +101,18 @@ def add_command(commands: Any) -> None:
                     choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                     help="the brokers' log verbosity (default: INFO)")
     up.set_defaults(run=_run(_up))
+
+    start = actions.add_parser(
+        "start", help="start one stopped node of the cluster",
+        description="Start a node that stopped or was killed, with its data and its "
+                    "recorded settings, and wait until it is registered again.",
+        epilog="example: moldau cluster start 2 --data-dir /tmp/moldau-cluster")
+    start.add_argument("node", type=_positive_int, metavar="NODE", help="the node id")
+    _data_dir_flag(start)
+    start.add_argument("--timeout", type=_seconds, default=START_TIMEOUT, metavar="SECONDS",
+                       help=f"give up when the node is not registered by then (default: "
+                            f"{START_TIMEOUT:g})")
+    start.set_defaults(run=_run(_start))
 
     status = actions.add_parser(
         "status", help="show the nodes, the controller and partition health",
@@ -167,11 +181,43 @@ def _up(args: argparse.Namespace) -> int:
             raise ClusterError(f"invalid --override {item!r}: expected KEY=VALUE")
         overrides[key.strip()] = value
     recorded = LocalCluster.read_state(args.data_dir) or {}
+    if recorded:
+        running = LocalCluster.load(args.data_dir, progress=_progress)
+        if running.alive_nodes() and not all(node.alive for node in running.nodes):
+            return _heal(running, args, overrides)
     brokers = args.brokers or int(recorded.get("brokers") or DEFAULT_BROKERS)
     base_port = args.base_port or int(recorded.get("base_port") or DEFAULT_BASE_PORT)
     cluster = LocalCluster(args.data_dir, brokers, base_port, overrides=overrides,
                            log_level=args.log_level, progress=_progress)
     cluster.start(timeout=args.timeout)
+    cluster.detach()
+    print(f"bootstrap.servers={cluster.bootstrap_servers}", flush=True)
+    return EXIT_OK
+
+
+def _heal(cluster: Any, args: argparse.Namespace, overrides: dict[str, str]) -> int:
+    """`up` on a running cluster with stopped nodes: start those, as they were recorded."""
+    from moldau.cluster.launcher import ClusterError
+
+    if (args.brokers not in (None, len(cluster.nodes))
+            or args.base_port not in (None, cluster.base_port) or overrides):
+        raise ClusterError(f"the cluster in {cluster.data_dir} is running: --brokers, "
+                           "--base-port and --override cannot change it; start its stopped "
+                           "nodes with plain `moldau cluster up` or `moldau cluster start "
+                           "NODE`")
+    started = cluster.start_stopped_nodes(args.timeout)
+    _progress(f"started the stopped node{'s' if len(started) != 1 else ''} "
+              f"{', '.join(map(str, started))}")
+    cluster.detach()
+    print(f"bootstrap.servers={cluster.bootstrap_servers}", flush=True)
+    return EXIT_OK
+
+
+def _start(args: argparse.Namespace) -> int:
+    from moldau.cluster.launcher import LocalCluster
+
+    cluster = LocalCluster.load(args.data_dir, progress=_progress)
+    cluster.start_node(args.node, timeout=args.timeout)
     cluster.detach()
     print(f"bootstrap.servers={cluster.bootstrap_servers}", flush=True)
     return EXIT_OK
@@ -200,6 +246,11 @@ def _status(args: argparse.Namespace) -> int:
              + (f" (cluster id {cluster.cluster_id})" if cluster.cluster_id else ""),
              _table(rows)]
     running = [node.node_id for node in cluster.nodes if alive[node.node_id]]
+    down = [str(node.node_id) for node in cluster.nodes if not alive[node.node_id]]
+    if running and down:
+        lines.append(f"nodes down: {', '.join(down)} (start with: moldau cluster start "
+                     f"{down[0]} --data-dir {cluster.data_dir}, or moldau cluster up "
+                     f"--data-dir {cluster.data_dir} for all)")
     try:
         view = cluster.metadata(args.timeout, ask=running) if running else None
         problem = "" if running else "no node is running"

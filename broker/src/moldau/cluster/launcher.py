@@ -528,6 +528,19 @@ class LocalCluster:
             self.wait_ready(timeout, nodes=[node_id], ask=[node_id])
         return node
 
+    def start_stopped_nodes(self, timeout: float = START_TIMEOUT) -> list[int]:
+        """Start every node that is not running (of a cluster whose other nodes run) and
+        wait until they are registered; return their ids."""
+        stopped = [node.node_id for node in self.nodes if not node.alive]
+        for node_id in stopped:
+            self.start_node(node_id, wait=False)
+        # Each node is asked itself: the others may still list a killed node's old session.
+        deadline = time.monotonic() + timeout
+        for node_id in stopped:
+            self.wait_ready(max(deadline - time.monotonic(), 0.0), nodes=[node_id],
+                            ask=[node_id])
+        return stopped
+
     def restart(self, node_id: int, *, timeout: float = START_TIMEOUT,
                 stop_timeout: float = STOP_TIMEOUT) -> ClusterNode:
         """Stop the node if it runs (SIGTERM, SIGKILL after `stop_timeout`), start it again

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from moldau.broker.coordinators.group.group import GroupState, JoinResult, SyncResult
 from moldau.broker.coordinators.group.records import OFFSETS_TOPIC, partition_for
 from moldau.broker.handlers.registry import Deferred, Result, api, respond
+from moldau.broker.handlers.transactions import TRANSACTIONS_UNSUPPORTED, refuse_transactional_id
 from moldau.broker.network.channel import Request
 from moldau.broker.network.response import Response
 from moldau.errors import ErrorCode, KafkaError
@@ -56,8 +57,8 @@ async def handle_find_coordinator(broker: Broker, request: Request) -> Result:
     for key in keys:
         answer: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1}
         if key_type == TRANSACTION_KEY:
-            answer.update(error_code=ErrorCode.coordinator_not_available,
-                          error_message="Transactions are not supported yet")
+            answer.update(error_code=TRANSACTIONS_UNSUPPORTED, error_message=(
+                refuse_transactional_id(request, "FindCoordinator", key)))
         elif key_type != GROUP_KEY:
             answer.update(error_code=ErrorCode.invalid_request,
                           error_message=f"Unknown coordinator key type {key_type}")

@@ -1,10 +1,12 @@
-"""InitProducerId for idempotent producers (transactions come with the coordinator)."""
+"""InitProducerId for idempotent producers (transactional ids are refused until the
+transaction coordinator exists: see transactions.py)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from moldau.broker.handlers.registry import Result, api, respond
+from moldau.broker.handlers.transactions import TRANSACTIONS_UNSUPPORTED, refuse_transactional_id
 from moldau.broker.network.channel import Request
 from moldau.errors import ErrorCode, KafkaError
 
@@ -16,8 +18,8 @@ if TYPE_CHECKING:
 async def handle_init_producer_id(broker: Broker, request: Request) -> Result:
     body = request.body
     if body.transactional_id is not None:
-        # No transaction coordinator yet: say so the way Kafka does when none is available.
-        return respond(request, {"error_code": ErrorCode.coordinator_not_available,
+        refuse_transactional_id(request, "InitProducerId", body.transactional_id)
+        return respond(request, {"error_code": TRANSACTIONS_UNSUPPORTED,
                                  "producer_id": -1, "producer_epoch": -1})
     # Without a transactional id, Kafka always hands out a fresh id at epoch 0.
     try:

@@ -77,6 +77,23 @@ def run_command(module: str, function: str) -> Callable[[argparse.Namespace], in
     return run
 
 
+def connected_consumer(config: dict[str, Any], timeout_ms: int | None = None) -> Any:
+    """A Consumer that has had an answer from the cluster. A consumer keeps retrying brokers
+    it cannot reach, so a command would wait forever on a wrong address: this fails after
+    `timeout_ms` (default: the consumer's default.api.timeout.ms) with KafkaTimeoutError."""
+    from moldau.client.consumer import Consumer
+
+    consumer = Consumer(config)
+    if timeout_ms is None:
+        timeout_ms = consumer.config["default.api.timeout.ms"]
+    try:
+        consumer.topics(timeout_ms / 1000)
+    except BaseException:
+        consumer.close()
+        raise
+    return consumer
+
+
 def admin_config(args: argparse.Namespace) -> dict[str, Any]:
     config: dict[str, Any] = dict(load_properties_file(getattr(args, "command_config", None)))
     config["bootstrap.servers"] = args.bootstrap_server

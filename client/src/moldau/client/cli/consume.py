@@ -19,7 +19,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from moldau.client.cli.common import EXIT_OK, UsageError, load_properties_file, parse_pairs
+from moldau.client.cli.common import (
+    EXIT_OK,
+    UsageError,
+    connected_consumer,
+    load_properties_file,
+    parse_pairs,
+)
 from moldau.client.consumer import Consumer, ConsumerRecord
 from moldau.client.consumer.records import LOG_APPEND_TIME
 from moldau.client.errors import WakeupError
@@ -285,7 +291,7 @@ def main(args: argparse.Namespace) -> int:
             raise UsageError(f"Invalid --include pattern {args.include!r}: {exc}") from None
     limit = args.max_messages
     idle = None if args.timeout_ms is None else args.timeout_ms / 1000
-    consumer = Consumer(config)
+    consumer = connected_consumer(config, args.timeout_ms)
     max_poll = consumer.config["max.poll.records"]
     printer: _Printer | None = None
     try:

@@ -18,10 +18,10 @@ from moldau.client.cli.common import (
     EXIT_ERROR,
     EXIT_OK,
     UsageError,
+    connected_consumer,
     load_properties_file,
     parse_pairs,
 )
-from moldau.client.consumer import Consumer
 from moldau.client.producer import Producer
 from moldau.client.types import RecordMetadata
 
@@ -257,11 +257,11 @@ def consume(args: argparse.Namespace) -> int:
     config = _perf_consumer_config(args)
     detailed = args.show_detailed_stats
     live = not detailed and sys.stderr.isatty()
-    if not args.hide_header:
-        print(DETAILED_HEADER if detailed else CONSUME_HEADER, flush=True)
     wanted = args.messages
     count = size = 0
-    consumer = Consumer(config)
+    consumer = connected_consumer(config, args.timeout)
+    if not args.hide_header:
+        print(DETAILED_HEADER if detailed else CONSUME_HEADER, flush=True)
     try:
         max_poll = consumer.config["max.poll.records"]
         start_ms = _now_ms()

@@ -4,11 +4,14 @@ console producer (its LineMessageReader properties included)."""
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from moldau.client.cli.common import (
     EXIT_ERROR,
+    EXIT_INTERRUPTED,
     EXIT_OK,
     UsageError,
     load_properties_file,
@@ -84,6 +87,43 @@ class LineReader:
         return key, self._null(value) if value is not None else None, headers or None
 
 
+class DeliveryReport:
+    """Callbacks that print one line per record the producer could not deliver, as
+    Kafka's console producer does; once the run is interrupted or aborted they only count,
+    so that abandoning a full buffer does not flood the terminal."""
+
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+        self.failures = 0
+        self.quiet = False
+
+    def callback(self, key: bytes | None, value: bytes | None
+                 ) -> Callable[[RecordMetadata | None, Exception | None], None]:
+        def done(metadata: RecordMetadata | None, error: Exception | None) -> None:
+            if error is None:
+                return
+            self.failures += 1
+            if not self.quiet:
+                print(f"Error when sending message to topic {self.topic} with key: "
+                      f"{'null' if key is None else f'{len(key)} bytes'}, value: "
+                      f"{'null' if value is None else f'{len(value)} bytes'} with error: "
+                      f"{error}", file=sys.stderr)
+        return done
+
+
+def _send_lines(producer: Producer, reader: LineReader, report: DeliveryReport,
+                sync: bool) -> None:
+    for number, raw in enumerate(sys.stdin.buffer, 1):
+        line = raw[:-1] if raw.endswith(b"\n") else raw
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        key, value, headers = reader.parse(line, number)
+        future = producer.send(report.topic, value, key=key, headers=headers,
+                               callback=report.callback(key, value))
+        if sync:
+            future.get()
+
+
 def main(args: argparse.Namespace) -> int:
     reader = LineReader(parse_pairs(args.property, "--property"))
     config: dict[str, Any] = dict(load_properties_file(args.producer_config))
@@ -95,38 +135,29 @@ def main(args: argparse.Namespace) -> int:
         config["acks"] = args.request_required_acks
     if args.max_block_ms is not None:
         config["max.block.ms"] = args.max_block_ms
-    topic = args.topic
-    failures = 0
-
-    def report(key: bytes | None, value: bytes | None):  # noqa: ANN202 - a callback factory
-        def callback(metadata: RecordMetadata | None, error: Exception | None) -> None:
-            nonlocal failures
-            if error is not None:
-                failures += 1
-                print(f"Error when sending message to topic {topic} with key: "
-                      f"{'null' if key is None else f'{len(key)} bytes'}, value: "
-                      f"{'null' if value is None else f'{len(value)} bytes'} with error: "
-                      f"{error}", file=sys.stderr)
-        return callback
-
+    report = DeliveryReport(args.topic)
     producer = Producer(config)
-    # Lines read before a bad one are still delivered; a client error or Ctrl-C stops
-    # at once.
-    graceful = True
+    # Lines read before a bad one are still delivered. The first Ctrl-C stops reading and
+    # delivers what was already sent; a second one, or a client error, drops the rest.
+    interrupted = False
     try:
-        for number, raw in enumerate(sys.stdin.buffer, 1):
-            line = raw[:-1] if raw.endswith(b"\n") else raw
-            if line.endswith(b"\r"):
-                line = line[:-1]
-            key, value, headers = reader.parse(line, number)
-            future = producer.send(topic, value, key=key, headers=headers,
-                                   callback=report(key, value))
-            if args.sync:
-                future.get()
+        try:
+            _send_lines(producer, reader, report, args.sync)
+        except KeyboardInterrupt:
+            interrupted = report.quiet = True
         producer.flush()
-    except (KafkaError, KeyboardInterrupt):
-        graceful = False
-        raise
+    except (KafkaError, KeyboardInterrupt) as exc:
+        interrupted = interrupted or isinstance(exc, KeyboardInterrupt)
+        report.quiet = True
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the abort is under way already
+        producer.close(0)
+        if not interrupted:
+            raise
     finally:
-        producer.close(None if graceful else 0)
-    return EXIT_ERROR if failures else EXIT_OK
+        producer.close()
+    if interrupted:
+        if report.failures:
+            print(f"Interrupted: {report.failures} records were not delivered.",
+                  file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return EXIT_ERROR if report.failures else EXIT_OK

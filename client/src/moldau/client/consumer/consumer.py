@@ -506,7 +506,10 @@ class AsyncConsumer:
             while self.metadata.version == version:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise KafkaTimeoutError("Timeout expired while listing topics")
+                    error = self.metadata.last_error
+                    raise KafkaTimeoutError(
+                        "Timeout expired while fetching topic metadata"
+                        + (f" ({error})" if error is not None else ""))
                 self.metadata.request_update()
                 await self.metadata.wait_for_change(remaining)
             return set(self.metadata.cluster.topics)
