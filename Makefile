@@ -26,11 +26,12 @@ lock: $(STAMP)
 	$(UV) export --quiet --all-packages --group dev --format requirements-txt \
 		--output-file requirements-dev.lock
 
-## System tools the end-to-end tests drive: kcat (Debian package).
+## System tools the end-to-end tests drive (Debian packages): kcat, and prometheus (which
+## brings promtool) for the monitoring tests.
 tools:
-	@command -v kcat >/dev/null 2>&1 || { \
+	@command -v kcat >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || { \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq kcat; }
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq kcat prometheus; }
 
 ## Apache Kafka's broker, tools and Java client from Maven Central (needs java, javac, mvn),
 ## cached outside the repository (MOLDAU_KAFKA_HOME overrides where: java/fetch-kafka.sh).

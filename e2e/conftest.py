@@ -11,7 +11,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -21,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from e2e.support import WorkerPool, forget_clients
+from e2e.prometheus import Prometheus
+from e2e.support import WorkerPool, forget_clients, free_port
 from moldau.cluster.launcher import LocalCluster, free_base_port
 
 READY_MARKER = "moldau broker ready"
@@ -41,13 +41,6 @@ def moldau_executable() -> str:
     found = shutil.which("moldau")
     assert found, "the moldau command is not installed (make install)"
     return found
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 # Every broker ever started in this test run, so none can outlive it.
@@ -279,6 +272,23 @@ def group_workers(tmp_path: Path) -> Iterator[WorkerPool]:
     pool = WorkerPool(tmp_path / "workers")
     yield pool
     pool.shutdown()
+
+
+@pytest.fixture
+def prometheus_factory(tmp_path: Path) -> Iterator:
+    """make(targets, rule_files=None) -> a started e2e.prometheus.Prometheus scraping the
+    host:port `targets` as job `moldau`; each is stopped and its files removed afterwards,
+    whether the test passed or not."""
+    made: list[Prometheus] = []
+
+    def make(targets: list[str], rule_files: list[Path] | None = None) -> Prometheus:
+        instance = Prometheus(tmp_path / f"prometheus{len(made)}", targets, rule_files)
+        made.append(instance)
+        return instance.start()
+
+    yield make
+    for instance in made:
+        instance.close()
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -14,6 +14,7 @@ import queue
 import random
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -36,6 +37,13 @@ def unique(prefix: str) -> str:
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def wait_until(predicate: Callable[[], object], timeout: float, what: str,
