@@ -93,6 +93,22 @@ def test_produce_counters_log_size_and_requests(broker: Broker) -> None:
                  topic=topic) == segment_bytes
 
 
+def test_a_deleted_topic_leaves_no_series(broker: Broker) -> None:
+    topic = unique("deleted")
+    kp_create_topic(broker.bootstrap, topic)
+    kp_produce(broker.bootstrap, topic, make_records(3))
+
+    def series_of_topic() -> list[str]:
+        return [name for name, labels in scrape(broker.http_port)
+                if dict(labels).get("topic") == topic]
+
+    assert "kafka_server_brokertopicmetrics_messagesin_total" in series_of_topic()
+    admin = kp_admin(broker.bootstrap)
+    admin.delete_topics([topic])
+    admin.close()
+    wait_until(lambda: not series_of_topic(), 30, "the deleted topic's series gone")
+
+
 def test_openmetrics_when_asked(broker: Broker) -> None:
     status, content_type, body = http_get(f"http://127.0.0.1:{broker.http_port}/metrics",
                                           accept="application/openmetrics-text")

@@ -243,14 +243,16 @@ class Broker:
         self.replicas.add_leadership_listener(self.groups.on_leadership_change)
         await self.groups.load_partitions(self.offsets_topic.led_partitions())
         self.groups.drop_offsets_of_deleted_topics(self._topic_exists)
-        self.quorum.subscribe(self._on_group_metadata)
+        self.quorum.subscribe(self._on_topic_metadata)
 
     def _topic_exists(self, topic: str) -> bool:
         return topic in self.image.topics
 
-    def _on_group_metadata(self, records: Sequence[MetadataRecord]) -> None:
+    def _on_topic_metadata(self, records: Sequence[MetadataRecord]) -> None:
+        """A deleted topic takes its committed offsets and its metrics with it."""
         if any(isinstance(record, RemoveTopicRecord) for record in records):
             self.groups.drop_offsets_of_deleted_topics(self._topic_exists)
+            self.topic_stats.retain(self._topic_exists)
 
     def _partition_exists(self, topic: str, partition: int) -> bool:
         image = self.image.topics.get(topic)

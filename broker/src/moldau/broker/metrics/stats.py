@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import collections
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -69,8 +69,10 @@ class BrokerTopicStats:
                 elif not from_follower:
                     counters.bytes_out += partition.size
 
-    def forget(self, name: str) -> None:
-        self.topics.pop(name, None)
+    def retain(self, exists: Callable[[str], bool]) -> None:
+        """Drop deleted topics' series, as Kafka removes their metrics."""
+        for name in [name for name in self.topics if not exists(name)]:
+            del self.topics[name]
 
 
 @dataclass(slots=True)
