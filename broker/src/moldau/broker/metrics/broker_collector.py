@@ -44,7 +44,10 @@ class BrokerCollector:
         yield from self._requests()
         yield self._connections()
         yield from _disk_io()
-        if getattr(self.broker, "replicas", None) is not None:
+        if getattr(self.broker, "replicas", None) is not None:  # a broker, started
+            yield gauge("kafka_server_kafkarequesthandlerpool_requesthandleravgidle_percent",
+                        "Share of the request handlers' time spent idle since start (0 to 1)",
+                        self.broker.handlers.idle_fraction())
             yield from self._replicas()
             yield from self._logs()
 
