@@ -78,6 +78,8 @@ def test_produce_counters_log_size_and_requests(broker: Broker) -> None:
     assert value(after, "kafka_network_requestmetrics_totaltimems",
                  request="Produce", quantile="0.99") > 0
     assert value(after, "kafka_server_raftmetrics_current_state", current_state="leader") == 1
+    assert 0 < value(after, "kafka_server_kafkarequesthandlerpool_requesthandleravgidle_percent"
+                     ) <= 1
 
     consumer = ck_consumer(broker.bootstrap)
     consumer.assign([TopicPartition(topic, 0, 0)])
@@ -183,6 +185,14 @@ def test_a_failed_broker_shows_as_under_replicated(cluster: LocalCluster) -> Non
     ports = {node.node_id: node.http_port for node in cluster.nodes}
     wait_until(lambda: sum(value(scrape(port), "kafka_server_replicamanager_partitioncount")
                            for port in ports.values()) >= 9, 60, "replicas created")
+    everyone = [scrape(port) for port in ports.values()]
+    # kafka-exporter's cluster-wide series come from the active controller alone.
+    assert sum(value(samples, "kafka_brokers") for samples in everyone) == 3
+    assert sum(value(samples, "kafka_topic_partitions", topic=topic)
+               for samples in everyone) == 3
+    # Followers of the quorum fetch from its leader over the raft channel.
+    assert sum(value(samples, "kafka_server_raftchannelmetrics_request_total")
+               for samples in everyone) > 0
     cluster.kill(3)
     survivors = [port for node_id, port in ports.items() if node_id != 3]
 

@@ -58,7 +58,7 @@ class HttpEndpoint:
     def quorum_started(self) -> None:
         """The controller and Raft metrics exist from here on."""
         if not self._quorum_registered:
-            self.registry.register(QuorumCollector(self.broker.quorum))
+            self.registry.register(QuorumCollector(self.broker.quorum, self.broker.controller))
             self._quorum_registered = True
 
     async def stop(self) -> None:

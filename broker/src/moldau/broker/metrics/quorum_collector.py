@@ -11,12 +11,15 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.core import Metric
 
-from moldau.broker.metrics.families import gauge
+from moldau.broker.metrics.families import counter, gauge
 from moldau.broker.raft.state import Role
 
 if TYPE_CHECKING:
+    from moldau.broker.metadata.controller import Controller
+    from moldau.broker.metadata.image import MetadataImage
     from moldau.broker.metadata.quorum import MetadataQuorum
     from moldau.broker.raft.driver import RaftDriver
+    from moldau.broker.raft.tcp_transport import ChannelCounters
 
 # Kafka's rates are over a 30 s window (two samples of metrics.sample.window.ms).
 RATE_WINDOW_S = 30.0
@@ -41,8 +44,9 @@ class EndOffsetRate:
 
 
 class QuorumCollector:
-    def __init__(self, quorum: MetadataQuorum) -> None:
+    def __init__(self, quorum: MetadataQuorum, controller: Controller) -> None:
         self.quorum = quorum
+        self.controller = controller
         self._rate = EndOffsetRate()
 
     def collect(self) -> Iterator[Metric]:
@@ -65,6 +69,13 @@ class QuorumCollector:
                  sum(1 for broker in brokers if broker.fenced))):
             yield gauge(f"kafka_controller_kafkacontroller_{name}", doc,
                         value if active else 0)
+        yield counter("kafka_controller_controllerstats_uncleanleaderelections", "Leaders "
+                      "this node elected, as controller, from outside the ISR",
+                      self.controller.unclean_elections)
+        if active:
+            yield from _cluster(image)
+        if quorum.transport is not None:
+            yield from _channel(quorum.transport.counters)
         driver = quorum.driver
         if driver is None or driver.log is None:
             return
@@ -104,3 +115,28 @@ class QuorumCollector:
                     sum(recent) / len(recent) if recent else 0.0)
         yield gauge("kafka_server_raftmetrics_commit_latency_max", "Longest milliseconds from "
                     "proposing to committing, recent commits", max(recent, default=0.0))
+
+
+def _channel(counters: ChannelCounters) -> Iterator[Metric]:
+    for name, doc, value in (
+            ("request", "Requests sent to other controllers", counters.requests),
+            ("response", "Responses received from other controllers", counters.responses),
+            ("outgoing_byte", "Bytes sent to other controllers", counters.outgoing_bytes),
+            ("incoming_byte", "Bytes received from other controllers",
+             counters.incoming_bytes)):
+        yield counter(f"kafka_server_raftchannelmetrics_{name}", doc, value)
+
+
+def _cluster(image: MetadataImage) -> Iterator[Metric]:
+    """kafka-exporter's cluster-wide series, from the active controller alone so that they
+    appear once."""
+    brokers = sorted(image.brokers.values(), key=lambda broker: broker.broker_id)
+    yield gauge("kafka_brokers", "Registered brokers", len(brokers))
+    yield gauge("kafka_broker_info", "1 per registered broker, labelled with its address",
+                series=(({"id": str(broker.broker_id),
+                          "address": ":".join(map(str, broker.endpoints[0][1:]))
+                          if broker.endpoints else ""}, 1)
+                        for broker in brokers))
+    yield gauge("kafka_topic_partitions", "Partitions of the topic",
+                series=(({"topic": name}, len(topic.partitions))
+                        for name, topic in sorted(image.topics.items())))
