@@ -3,6 +3,7 @@ and the liveness and readiness probes, read over HTTP from real broker processes
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import threading
 import urllib.error
@@ -109,6 +110,35 @@ def test_a_deleted_topic_leaves_no_series(broker: Broker) -> None:
     admin.delete_topics([topic])
     admin.close()
     wait_until(lambda: not series_of_topic(), 30, "the deleted topic's series gone")
+
+
+def test_scrapes_during_start_up_all_succeed(broker: Broker) -> None:
+    """Start-up loads logs and fills the partition table in threads; a scrape meanwhile
+    must not read that table half-built (it used to fail with HTTP 500)."""
+    admin = kp_admin(broker.bootstrap)
+    admin.create_topics([NewTopic(unique("wide"), 400, 1)])
+    admin.close()
+    url = f"http://127.0.0.1:{broker.http_port}/metrics"
+    wait_until(lambda: value(scrape(broker.http_port),
+                             "kafka_server_replicamanager_partitioncount") >= 400,
+               120, "400 partitions created")
+    broker.stop()
+    statuses: list[int] = []
+    done = threading.Event()
+
+    def scrape_until_started() -> None:
+        while not done.is_set():
+            with contextlib.suppress(OSError):  # not listening yet
+                statuses.append(http_get(url)[0])
+
+    scraper = threading.Thread(target=scrape_until_started)
+    scraper.start()
+    try:
+        broker.start(timeout=120)
+    finally:
+        done.set()
+        scraper.join(30)
+    assert statuses and set(statuses) == {200}
 
 
 def test_openmetrics_when_asked(broker: Broker) -> None:

@@ -70,6 +70,10 @@ class Broker:
         if config.http_listener is not None:
             self.http = HttpEndpoint(self, *config.http_listener)
 
+    @property
+    def started(self) -> bool:
+        return not self.stage
+
     def _decode(self, frame: bytes, connection: Connection) -> object:
         return decode_frame(frame, connection, unsupported_version_response)
 

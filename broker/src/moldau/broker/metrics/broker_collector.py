@@ -44,7 +44,8 @@ class BrokerCollector:
         yield from self._requests()
         yield self._connections()
         yield from _disk_io()
-        if getattr(self.broker, "replicas", None) is not None:  # a broker, started
+        # Start-up fills the partition table in a thread: read it only once started.
+        if self.broker.started and self.broker.config.is_broker:
             yield gauge("kafka_server_kafkarequesthandlerpool_requesthandleravgidle_percent",
                         "Share of the request handlers' time spent idle since start (0 to 1)",
                         self.broker.handlers.idle_fraction())

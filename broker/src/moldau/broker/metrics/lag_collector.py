@@ -22,8 +22,8 @@ class LagCollector:
 
     def collect(self) -> Iterator[Metric]:
         broker = self.broker
-        if getattr(broker, "groups", None) is None:
-            return
+        if not (broker.started and broker.config.is_broker):
+            return  # start-up fills the partition table in a thread
         led = {p.key: p for p in broker.replicas.partitions.values() if p.is_leader}
         yield from self._partitions(led)
         yield from self._groups({key: p.log.high_watermark for key, p in led.items()})
