@@ -3,11 +3,13 @@ aiohttp on the broker's own event loop."""
 
 from __future__ import annotations
 
-import logging
+import asyncio
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, ProcessCollector
+from prometheus_client.core import Metric
 from prometheus_client.exposition import choose_encoder
 
 from moldau.broker.metrics.broker_collector import BrokerCollector
@@ -19,7 +21,15 @@ from moldau.broker.metrics.quorum_collector import QuorumCollector
 if TYPE_CHECKING:
     from moldau.broker.server import Broker
 
-log = logging.getLogger("moldau.broker.metrics")
+
+class _Collected:
+    """Metrics already collected, in the shape the encoders read from a registry."""
+
+    def __init__(self, metrics: list[Metric]) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self.metrics)
 
 
 def broker_registry(broker: Broker) -> CollectorRegistry:
@@ -66,7 +76,11 @@ class HttpEndpoint:
 
     async def _metrics(self, request: web.Request) -> web.Response:
         encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
-        body = encoder(self.registry)
+        # Read the broker's state on the loop, where it changes; text encoding is most of a
+        # scrape's cost (~170 ms for 1,000 partitions), so a thread does it while the loop
+        # keeps serving requests between the interpreter's thread switches.
+        collected = _Collected(list(self.registry.collect()))
+        body = await asyncio.to_thread(encoder, collected)
         return web.Response(body=body, headers={"Content-Type": content_type})
 
     async def _livez(self, _request: web.Request) -> web.Response:
