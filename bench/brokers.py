@@ -73,6 +73,8 @@ class MoldauBroker(BenchBroker):
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.data = workdir / "data"
         self.port = procs.free_port()
+        # Served as in production, on a port of its own so concurrent runs do not collide.
+        self.http_port = procs.free_port()
         self.proc: subprocess.Popen | None = None
         self.starts = 0
 
@@ -88,7 +90,8 @@ class MoldauBroker(BenchBroker):
     def command(self) -> list[str]:
         moldau = str(Path(sys.executable).with_name("moldau"))
         settings = {"listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
-                    "log.dirs": str(self.data), **COMMON_SETTINGS}
+                    "log.dirs": str(self.data),
+                    "http.listener": f"http://127.0.0.1:{self.http_port}", **COMMON_SETTINGS}
         command = [moldau, "broker"]
         for key, value in settings.items():
             command += ["--override", f"{key}={value}"]

@@ -40,7 +40,8 @@ def start_broker(data_dir: str, port: int) -> subprocess.Popen[str]:
     moldau = os.path.join(os.path.dirname(sys.executable), "moldau")
     process = subprocess.Popen(
         [moldau, "broker", "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
-         "--override", f"log.dirs={data_dir}", "--log-level", "WARNING"],
+         "--override", f"log.dirs={data_dir}", "--override", "http.listener=",
+         "--log-level", "WARNING"],
         stdout=subprocess.PIPE, text=True)
     assert process.stdout is not None
     line = process.stdout.readline()

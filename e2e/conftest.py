@@ -62,8 +62,11 @@ class Broker:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.log_dir = self.workdir / "data"
         self.port = port or free_port()
+        # Each broker its own http port: many brokers share this machine.
+        self.http_port = free_port()
         self.overrides = {"listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
-                          "log.dirs": str(self.log_dir)}
+                          "log.dirs": str(self.log_dir),
+                          "http.listener": f"http://127.0.0.1:{self.http_port}"}
         self.overrides.update({k: str(v) for k, v in (overrides or {}).items()})
         self.config_file = config_file
         self.stderr_path = self.workdir / "stderr.log"

@@ -118,3 +118,19 @@ def test_configuration_doc_is_current():
 
     doc = (Path(__file__).parents[2] / "docs" / "configuration.md").read_text()
     assert doc == render(), "run `make docs` to regenerate docs/configuration.md"
+
+
+def test_http_listener_default_empty_and_explicit():
+    assert BrokerConfig({}).http_listener == ("localhost", 9404)
+    assert BrokerConfig({"http.listener": ""}).http_listener is None
+    assert BrokerConfig({"http.listener": "http://:9500"}).http_listener == ("", 9500)
+    assert BrokerConfig({"http.listener": "http://[::1]:9500/"}).http_listener == ("::1", 9500)
+
+
+@pytest.mark.parametrize("value", ["localhost:9404", "https://localhost:9404",
+                                   "http://localhost", "http://localhost:70000"])
+def test_bad_http_listener_is_one_line_error(value):
+    with pytest.raises(ConfigError) as error:
+        BrokerConfig({"http.listener": value})
+    assert str(error.value) == (f"Invalid value {value} for configuration http.listener: "
+                                "expected http://host:port, or empty to disable it")

@@ -7,6 +7,7 @@ import asyncio
 import uuid
 
 import pytest
+from prometheus_client import CollectorRegistry
 from quorum_helpers import (
     make_controller,
     open_quorum,
@@ -17,6 +18,7 @@ from quorum_helpers import (
 
 from moldau.broker.metadata.controller import NewTopic
 from moldau.broker.metadata.partition_change import NO_LEADER
+from moldau.broker.metrics.quorum_collector import QuorumCollector
 from moldau.errors import ErrorCode, KafkaError
 
 pytestmark = pytest.mark.timeout(60)
@@ -212,9 +214,15 @@ def test_unclean_election_on_unfencing_when_the_topic_allows_it(tmp_path):
             await controller.heartbeat(1, epochs[1], quorum.image.offset, want_fence=True)
             assert (partition(controller, "u").leader, partition(controller, "u").isr) == \
                 (NO_LEADER, (1,))
+            assert controller.unclean_elections == 0  # the first leader was in the ISR
             await controller.heartbeat(2, epochs[2], quorum.image.offset)
             assert (partition(controller, "u").leader, partition(controller, "u").isr) == \
                 (2, (2,))
+            assert controller.unclean_elections == 1
+            registry = CollectorRegistry()
+            registry.register(QuorumCollector(quorum, controller))
+            assert registry.get_sample_value(
+                "kafka_controller_controllerstats_uncleanleaderelections_total") == 1
         finally:
             await quorum.close()
 

@@ -34,6 +34,8 @@ from moldau.properties import load_properties
 T = ConfigType
 DEFAULT_LISTENERS = "PLAINTEXT://localhost:9092"
 DEFAULT_LOG_DIRS = "data/broker"
+# Strimzi's metrics port, so Kubernetes scrape configs written for Kafka find the broker.
+DEFAULT_HTTP_LISTENER = "http://localhost:9404"
 
 BROKER_CONFIG = ConfigDef([
     # Identity and roles.
@@ -65,6 +67,8 @@ BROKER_CONFIG = ConfigDef([
     ConfigKey("num.network.threads", T.INT, 3, "Accepted for compatibility; one event loop",
               at_least(1)),
     ConfigKey("num.io.threads", T.INT, 8, "Threads for disk work", at_least(1)),
+    ConfigKey("http.listener", T.STRING, DEFAULT_HTTP_LISTENER, "http://host:port serving "
+              "/metrics (Prometheus), /livez and /readyz; empty disables it"),
     # Topics.
     ConfigKey("num.partitions", T.INT, 1, "Partitions of auto-created topics", at_least(1)),
     ConfigKey("default.replication.factor", T.INT, 1, "Replication of auto-created topics",
@@ -266,6 +270,22 @@ def parse_endpoints(setting: str, entries: list[str]) -> list[Endpoint]:
     return endpoints
 
 
+_HTTP_LISTENER = re.compile(r"^http://(?P<host>\[[^\]]*\]|[^:/\[\]]*):(?P<port>\d+)/?$")
+
+
+def parse_http_listener(text: str) -> tuple[str, int] | None:
+    """http.listener: `http://host:port` (host may be empty for every interface), or
+    empty for none."""
+    text = text.strip()
+    if not text:
+        return None
+    match = _HTTP_LISTENER.match(text)
+    if not match or not 0 <= int(match["port"]) <= 65535:
+        raise ConfigError(f"Invalid value {text} for configuration http.listener: expected "
+                          "http://host:port, or empty to disable it")
+    return match["host"].strip("[]"), int(match["port"])
+
+
 def parse_voters(entries: list[str]) -> dict[int, tuple[str, int] | None]:
     """controller.quorum.voters: `id@host:port,...`."""
     voters: dict[int, tuple[str, int] | None] = {}
@@ -342,6 +362,7 @@ class BrokerConfig:
         if v["log.flush.interval.ms"] is None:
             v["log.flush.interval.ms"] = LONG_MAX
         self.per_ip_overrides = self._parse_ip_overrides(v["max.connections.per.ip.overrides"])
+        self.http_listener = parse_http_listener(v["http.listener"] or "")
 
     def _check_supported(self) -> None:
         """Reject Kafka settings whose other values Moldau does not implement yet, rather

@@ -61,6 +61,9 @@ async def _serve(config: BrokerConfig) -> int:
     listeners = ",".join(str(endpoint) for endpoint in broker.network.bound)
     print(f"moldau broker ready: node.id={broker.node_id} listeners={listeners} "
           f"log.dirs={','.join(config.log_dirs)}", flush=True)
+    if broker.http is not None:
+        print(f"moldau broker metrics: {broker.http.url}/metrics (health: /livez, /readyz)",
+              flush=True)
     await stop.wait()
     await broker.stop()
     return 0

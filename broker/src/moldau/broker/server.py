@@ -30,6 +30,9 @@ from moldau.broker.metadata.image import MetadataImage
 from moldau.broker.metadata.log import METADATA_DIR
 from moldau.broker.metadata.quorum import MetadataQuorum
 from moldau.broker.metadata.records import MetadataRecord, PartitionRecord, RemoveTopicRecord
+from moldau.broker.metrics.health import LoopLagMonitor
+from moldau.broker.metrics.http import HttpEndpoint
+from moldau.broker.metrics.stats import BrokerTopicStats
 from moldau.broker.network.channel import Request, RequestChannel
 from moldau.broker.network.connection import Connection
 from moldau.broker.network.response import Response
@@ -60,6 +63,18 @@ class Broker:
         self.network = SocketServer(config, self.channel, self._decode, self._ready.wait)
         self.handlers = RequestHandlerPool(self.channel, self._dispatch,
                                            config["num.io.threads"])
+        self.topic_stats = BrokerTopicStats()
+        self.loop_lag = LoopLagMonitor()
+        self.log_recovery_s: float | None = None
+        # What start-up is waiting for (/readyz's reason); empty once started.
+        self.stage = "starting"
+        self.http: HttpEndpoint | None = None
+        if config.http_listener is not None:
+            self.http = HttpEndpoint(self, *config.http_listener)
+
+    @property
+    def started(self) -> bool:
+        return not self.stage
 
     def _decode(self, frame: bytes, connection: Connection) -> object:
         return decode_frame(frame, connection, unsupported_version_response)
@@ -105,6 +120,10 @@ class Broker:
         # Accept early; requests wait until recovery and metadata loading are done.
         bound = await self.network.start()
         self.endpoints = [self._advertised(endpoint) for endpoint in bound]
+        self.loop_lag.start()
+        if self.http is not None:
+            await self.http.start()
+        self.stage = "waiting for the controller quorum"
         voters = config["controller.quorum.voters"]
         self.cluster_id = await asyncio.to_thread(
             ensure_formatted, config.data_dirs, self.node_id,
@@ -124,6 +143,8 @@ class Broker:
         if config.is_controller:
             services = ControllerService(self.controller, self._controller_port_api).services()
         await self.quorum.start(services)
+        if self.http is not None:
+            self.http.quorum_started()
         self.controller_channel = ControllerChannel(
             self.node_id, self.quorum, self.controller if config.is_controller else None,
             cluster_id=self.cluster_id)
@@ -132,6 +153,7 @@ class Broker:
                                                    name="controller-maintenance"))
         if config.is_broker:
             await self._start_broker()
+        self.stage = ""
         self._ready.set()
         log.info("Started in %.0f ms: cluster %s, node %d (%s), metadata offset %d, "
                  "%d partitions", (time.monotonic() - started) * 1000, self.cluster_id,
@@ -147,7 +169,9 @@ class Broker:
             heartbeat_interval_ms=config["broker.heartbeat.interval.ms"])
         # Unfenced means caught up with the metadata up to this broker's registration: only
         # then does the image say which logs this broker should have.
+        self.stage = "registering with the controller and waiting to be unfenced"
         await self.lifecycle.start()
+        self.stage = "loading logs"
         self.logs = LogManager(
             config.log_dirs, default_config=config.log_config({}),
             recovery_threads=config["num.recovery.threads.per.data.dir"],
@@ -164,8 +188,10 @@ class Broker:
                                        None if alone else self._alter_partition)
         held: list[Sequence[MetadataRecord]] = []
         self.quorum.subscribe(held.append)
+        loading = time.monotonic()
         await asyncio.to_thread(self.logs.load, {
             name: self.replicas.log_config_for(name) for name in self.image.topics})
+        self.log_recovery_s = time.monotonic() - loading
         await asyncio.to_thread(self.replicas.sync_with_image)
         self.quorum.state_machine.publishers.remove(held.append)
         for records in held:  # applied while the logs were loading
@@ -230,14 +256,16 @@ class Broker:
         self.replicas.add_leadership_listener(self.groups.on_leadership_change)
         await self.groups.load_partitions(self.offsets_topic.led_partitions())
         self.groups.drop_offsets_of_deleted_topics(self._topic_exists)
-        self.quorum.subscribe(self._on_group_metadata)
+        self.quorum.subscribe(self._on_topic_metadata)
 
     def _topic_exists(self, topic: str) -> bool:
         return topic in self.image.topics
 
-    def _on_group_metadata(self, records: Sequence[MetadataRecord]) -> None:
+    def _on_topic_metadata(self, records: Sequence[MetadataRecord]) -> None:
+        """A deleted topic takes its committed offsets and its metrics with it."""
         if any(isinstance(record, RemoveTopicRecord) for record in records):
             self.groups.drop_offsets_of_deleted_topics(self._topic_exists)
+            self.topic_stats.retain(self._topic_exists)
 
     def _partition_exists(self, topic: str, partition: int) -> bool:
         image = self.image.topics.get(topic)
@@ -291,6 +319,9 @@ class Broker:
                 await asyncio.wait_for(quorum.driver.resign(), 2)  # type: ignore[union-attr]
         await self.network.stop()
         await self.handlers.stop()
+        if self.http is not None:
+            await self.http.stop()
+        await self.loop_lag.stop()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -71,7 +71,8 @@ def add_command(commands: Any) -> None:
         description="Run a cluster of several broker processes on 127.0.0.1, for development "
                     "and tests. Node i gets broker port BASE+2*(i-1) and, if it is one of the "
                     "first three nodes (the controller quorum), controller port "
-                    "BASE+2*(i-1)+1.")
+                    "BASE+2*(i-1)+1; its metrics and health are served on "
+                    "http://127.0.0.1:BASE+2*N+(i-1) for N brokers.")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
 
     up = actions.add_parser(

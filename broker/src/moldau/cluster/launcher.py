@@ -3,7 +3,8 @@ stopped as one cluster.
 
 Node i (node.id i, counting from 1) listens for clients on `base_port + 2*(i-1)`; the first
 `voters` nodes (three at most by default) are also controllers, with a controller listener on
-the port after their broker port, and form the metadata quorum. Every node keeps its data in
+the port after their broker port, and form the metadata quorum. Node i serves metrics and
+health (http.listener) on `base_port + 2*brokers + (i-1)`. Every node keeps its data in
 `<data_dir>/node-<i>/data` and writes stdout and stderr to `<data_dir>/node-<i>/broker.log`.
 The processes run in sessions of their own, so they outlive the program that started them;
 `<data_dir>/cluster.json` records their pids, ports, roles and command lines, which is how
@@ -72,7 +73,7 @@ CONTROLLER_LISTENER = "CONTROLLER"
 MANAGED_SETTINGS = frozenset({
     "node.id", "process.roles", "listeners", "advertised.listeners",
     "controller.quorum.voters", "controller.listener.names", "inter.broker.listener.name",
-    "log.dirs", "log.dir",
+    "log.dirs", "log.dir", "http.listener",
 })
 Progress = Callable[[str], None]
 
@@ -91,9 +92,9 @@ class ClusterStartError(ClusterError):
 
 def free_base_port(brokers: int = DEFAULT_BROKERS, *, attempts: int = 200,
                    low: int = 20000, high: int = 32000) -> int:
-    """A base port P such that P .. P+2*brokers-1 are all free on loopback right now (picked
+    """A base port P such that P .. P+3*brokers-1 are all free on loopback right now (picked
     at random below Linux's ephemeral range, so outgoing connections do not take them)."""
-    span = 2 * brokers
+    span = 3 * brokers  # broker, controller and http ports
     for _ in range(attempts):
         base = random.randrange(low, high - span)
         if all(port_is_free(port) for port in range(base, base + span)):
@@ -152,6 +153,7 @@ class ClusterNode:
     command: list[str] = field(default_factory=list)
     pid: int | None = None
     exit_code: int | None = None  # known for processes started by this object
+    http_port: int | None = None
     _proc: subprocess.Popen[bytes] | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -179,7 +181,13 @@ class ClusterNode:
         ports = [(self.broker_port, "broker listener")]
         if self.controller_port is not None:
             ports.append((self.controller_port, "controller listener"))
+        if self.http_port is not None:
+            ports.append((self.http_port, "http listener"))
         return ports
+
+    @property
+    def metrics_url(self) -> str | None:
+        return None if self.http_port is None else f"http://{HOST}:{self.http_port}/metrics"
 
     @property
     def alive(self) -> bool:
@@ -237,14 +245,15 @@ class ClusterNode:
         return {"node_id": self.node_id, "roles": list(self.roles),
                 "broker_port": self.broker_port, "controller_port": self.controller_port,
                 "directory": str(self.directory), "log": str(self.log_path),
-                "pid": self.pid, "command": self.command}
+                "pid": self.pid, "command": self.command, "http_port": self.http_port}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ClusterNode:
         return cls(int(data["node_id"]), tuple(data["roles"]), int(data["broker_port"]),
                    None if data.get("controller_port") is None else int(data["controller_port"]),
                    Path(data["directory"]), list(data.get("command") or []),
-                   None if data.get("pid") is None else int(data["pid"]))
+                   None if data.get("pid") is None else int(data["pid"]),
+                   http_port=None if data.get("http_port") is None else int(data["http_port"]))
 
 
 class LocalCluster:
@@ -261,9 +270,9 @@ class LocalCluster:
         if not 1 <= voters <= brokers:
             raise ClusterError(f"voters must be between 1 and the number of brokers "
                                f"({brokers}), not {voters}")
-        if base_port < 1 or base_port + 2 * brokers - 1 > 65535:
+        if base_port < 1 or base_port + 3 * brokers - 1 > 65535:
             raise ClusterError(f"base port {base_port} leaves no room for {brokers} brokers "
-                               f"(ports {base_port}..{base_port + 2 * brokers - 1} must be "
+                               f"(ports {base_port}..{base_port + 3 * brokers - 1} must be "
                                "between 1 and 65535)")
         self.overrides = {key: str(value) for key, value in (overrides or {}).items()}
         for key in self.overrides:
@@ -282,7 +291,8 @@ class LocalCluster:
             voter = node_id <= voters
             self.nodes.append(ClusterNode(
                 node_id, ("broker", "controller") if voter else ("broker",), port,
-                port + 1 if voter else None, self.data_dir / f"node-{node_id}"))
+                port + 1 if voter else None, self.data_dir / f"node-{node_id}",
+                http_port=base_port + 2 * brokers + node_id - 1))
 
     # ---------------------------------------------------------------------------- describing
 
@@ -330,6 +340,7 @@ class LocalCluster:
             "controller.listener.names": CONTROLLER_LISTENER,
             "inter.broker.listener.name": BROKER_LISTENER,
             "log.dirs": str(node.data_dir),
+            "http.listener": "" if node.http_port is None else f"http://{HOST}:{node.http_port}",
             "offsets.topic.replication.factor": str(min(MAX_DEFAULT_VOTERS, len(self.nodes))),
         }
         settings.update(self.overrides)

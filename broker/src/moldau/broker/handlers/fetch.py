@@ -164,6 +164,7 @@ class _FetchPlan:
         return out
 
     def respond(self, topics: list[TopicData]) -> Response:
+        self.broker.topic_stats.record_fetch(topics, from_follower=self.replica_id >= 0)
         return encode_fetch_response(self.version, self.request.header.correlation_id, topics)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 from moldau.broker.handlers.registry import Deferred, Result
@@ -24,14 +25,21 @@ class RequestHandlerPool:
         self.workers = workers
         self._tasks: list[asyncio.Task[None]] = []
         self._deferred: set[asyncio.Task[Response | None]] = set()
+        self.started_at = time.monotonic()
+        self.idle_s = 0.0  # all workers together, in waits that have ended
+        self._waiting_since = [0.0] * workers  # per worker: when its current wait began
 
     def start(self) -> None:
-        self._tasks = [asyncio.create_task(self._work(), name=f"request-handler-{index}")
+        self.started_at = time.monotonic()
+        self._tasks = [asyncio.create_task(self._work(index), name=f"request-handler-{index}")
                        for index in range(self.workers)]
 
-    async def _work(self) -> None:
+    async def _work(self, index: int) -> None:
         while True:
+            waiting = self._waiting_since[index] = time.monotonic()
             request = await self.channel.get()
+            self._waiting_since[index] = 0.0
+            self.idle_s += time.monotonic() - waiting
             try:
                 result = await self.handle(request)
             except asyncio.CancelledError:
@@ -61,6 +69,16 @@ class RequestHandlerPool:
             _fail(request, task.exception())
         else:
             request.response.set_result(task.result())
+
+    def idle_fraction(self) -> float:
+        """Share of the workers' time spent waiting since start (Kafka's
+        RequestHandlerAvgIdlePercent mean rate), from 0 to 1."""
+        if not self._tasks:
+            return 1.0  # not started: no request has waited for a worker
+        now = time.monotonic()
+        elapsed = (now - self.started_at) * self.workers
+        idle = self.idle_s + sum(now - since for since in self._waiting_since if since)
+        return min(idle / elapsed, 1.0) if elapsed > 0 else 1.0
 
     async def stop(self) -> None:
         for task in [*self._tasks, *self._deferred]:

@@ -77,6 +77,7 @@ async def handle_produce(broker: Broker, request: Request) -> Result:
     replicas = broker.replicas
     results = await replicas.append(entries, acks=acks, timeout_ms=timeout_ms, wait=False,
                                     produce_version=request.header.api_version)
+    broker.topic_stats.record_produce(entries, results)
     if acks == 0:
         if any(r.error is not ErrorCode.none for r in results):
             # The client expects no answer, so an error can only be signalled by closing.

@@ -131,11 +131,25 @@ class Controller:
         self._session_epoch = -1  # the quorum epoch the sessions were started in
         # Broker id -> metadata offset that moved its leaderships away for its shutdown.
         self._shutdown_offsets: dict[int, int] = {}
+        # Leaders this controller elected from outside the ISR (Kafka's
+        # UncleanLeaderElectionsPerSec count).
+        self.unclean_elections = 0
 
     async def _commit(self, records: Sequence[MetadataRecord]) -> int:
         if not records:
             return self.image.offset
-        return await self.quorum.commit(records)
+        unclean = sum(1 for record in records if self._is_unclean_election(record))
+        offset = await self.quorum.commit(records)
+        self.unclean_elections += unclean
+        return offset
+
+    def _is_unclean_election(self, record: MetadataRecord) -> bool:
+        if not isinstance(record, PartitionRecord) or record.leader < 0:
+            return False
+        topic = self.image.topics_by_id.get(record.topic_id)
+        before = topic.partitions.get(record.partition) if topic is not None else None
+        return before is not None and record.leader != before.leader \
+            and record.leader not in before.isr
 
     # --- brokers -------------------------------------------------------------------------
 

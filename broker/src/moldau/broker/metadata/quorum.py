@@ -16,6 +16,7 @@ import asyncio
 import json
 import logging
 import os
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -23,6 +24,7 @@ from moldau.broker.config import BrokerConfig
 from moldau.broker.metadata.image import MetadataImage
 from moldau.broker.metadata.log import LOG_FILE, METADATA_DIR, MetadataLog
 from moldau.broker.metadata.records import MetadataRecord, decode_records, encode_records
+from moldau.broker.metrics.stats import LatencyStats
 from moldau.broker.raft.disk_log import DiskRaftLog
 from moldau.broker.raft.driver import NotLeaderError, ProposalFailed, RaftDriver
 from moldau.broker.raft.log import OffsetAndEpoch, Snapshot
@@ -131,6 +133,7 @@ class MetadataQuorum:
         self.state_machine = MetadataStateMachine(image)
         self.transport: TcpTransport | None = None
         self.driver: RaftDriver | None = None
+        self.commit_latency = LatencyStats()  # proposals of this node while it leads
 
     @property
     def image(self) -> MetadataImage:
@@ -203,8 +206,11 @@ class MetadataQuorum:
         here. Raises NOT_CONTROLLER when this node does not lead (or stops leading)."""
         if not self.is_active or self.driver is None:
             raise KafkaError(ErrorCode.not_controller, "This node is not the active controller")
+        started = time.monotonic()
         try:
-            return await self.driver.propose([encode_records(records)])
+            offset = await self.driver.propose([encode_records(records)])
+            self.commit_latency.record((time.monotonic() - started) * 1000)
+            return offset
         except (NotLeaderError, ProposalFailed) as exc:
             raise KafkaError(ErrorCode.not_controller,
                              f"Lost the controller role before the change committed: {exc}"

@@ -11,6 +11,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from moldau.broker.metrics.stats import RequestStats
 from moldau.broker.network.response import Response
 from moldau.protocol.messages import RequestHeader
 
@@ -38,6 +39,7 @@ class Request:
 class RequestChannel:
     def __init__(self, max_queued: int) -> None:
         self._queue: asyncio.Queue[Request] = asyncio.Queue(maxsize=max_queued)
+        self.stats = RequestStats()
 
     async def put(self, request: Request) -> None:
         await self._queue.put(request)

@@ -63,6 +63,10 @@ class Connection:
                     response = decoded
                 if response is not None:
                     await send_response(loop, self.writer, response)
+                if isinstance(decoded, Request):
+                    header = decoded.header
+                    self.channel.stats.record(header.api_key, header.api_version,
+                                              decoded.received_at)
         except (MalformedRequest, CloseConnection) as exc:
             log.warning("Closing connection from %s: %s", self.peer, exc)
         except TimeoutError:

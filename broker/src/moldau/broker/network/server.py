@@ -79,6 +79,10 @@ class SocketServer:
             if self.config[name] > 0:
                 sock.setsockopt(socket.SOL_SOCKET, option, self.config[name])
 
+    def listener_of_connections(self) -> list[str]:
+        """The listener of each open connection (for the connection-count metric)."""
+        return [connection.listener for connection in self._connections.values()]
+
     @property
     def connection_count(self) -> int:
         return len(self._connections)

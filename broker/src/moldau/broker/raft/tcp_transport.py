@@ -123,6 +123,17 @@ class _Incoming:
             self.writer.write(frame)
 
 
+@dataclass(slots=True)
+class ChannelCounters:
+    """Traffic of the connections this node opens to its peers (Kafka's
+    raft-channel-metrics): bumped once per request and per response."""
+
+    requests: int = 0
+    responses: int = 0
+    outgoing_bytes: int = 0
+    incoming_bytes: int = 0
+
+
 @dataclass(slots=True, eq=False)
 class _Outgoing:
     """One connection this node opens to a peer."""
@@ -184,6 +195,7 @@ class TcpTransport:
         self.handler: Handler | None = None
         self._server: asyncio.Server | None = None
         self._incoming: set[_Incoming] = set()
+        self.counters = ChannelCounters()
         self._awaiting: dict[int, list[_Slot]] = collections.defaultdict(list)
         self._outgoing: dict[tuple[int, str], _Outgoing] = {}
         self._closed = False
@@ -308,6 +320,8 @@ class TcpTransport:
         frame = request_frame(message, version, correlation_id, cluster_id=self.cluster_id)
         channel.in_flight[correlation_id] = (message, api_key, version, time.monotonic())
         writer.write(frame)
+        self.counters.requests += 1
+        self.counters.outgoing_bytes += len(frame)
 
     async def _read_responses(self, channel: _Outgoing, reader: asyncio.StreamReader,
                               writer: asyncio.StreamWriter) -> None:
@@ -316,6 +330,8 @@ class TcpTransport:
                 frame = await _read_frame(reader)
                 if frame is None:
                     return
+                self.counters.responses += 1
+                self.counters.incoming_bytes += _SIZE.size + len(frame)
                 (correlation_id,) = _SIZE.unpack_from(frame)
                 entry = channel.in_flight.pop(correlation_id, None)
                 if entry is None:

@@ -1,0 +1,47 @@
+"""Moldau's own metrics (`moldau_*`): queues, event-loop lag, groups by state and start-up
+times, for what Kafka's JMX names do not describe."""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client.core import Metric
+
+from moldau.broker.metrics.families import gauge, summary
+
+if TYPE_CHECKING:
+    from moldau.broker.server import Broker
+
+
+class MoldauCollector:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def collect(self) -> Iterator[Metric]:
+        broker = self.broker
+        yield gauge("moldau_request_queue_size", "Requests waiting for a request handler",
+                    broker.channel.qsize())
+        yield gauge("moldau_event_loop_lag_seconds", "How late the event loop ran its last "
+                    "lag check timer", broker.loop_lag.lag_s)
+        yield gauge("moldau_event_loop_lag_max_seconds", "Largest event loop lag seen",
+                    broker.loop_lag.max_lag_s)
+        if broker.log_recovery_s is not None:
+            yield gauge("moldau_log_recovery_seconds", "Time taken to load and recover the "
+                        "logs at start-up", broker.log_recovery_s)
+        replicas = getattr(broker, "replicas", None)
+        if replicas is not None:
+            yield gauge("moldau_io_pool_queue_size", "Disk tasks waiting for an I/O thread",
+                        replicas.executor._work_queue.qsize())
+        groups = getattr(broker, "groups", None)
+        if groups is not None:
+            states = collections.Counter(g.state.value for g in groups.groups.values())
+            yield gauge("moldau_group_coordinator_groups", "Groups this broker coordinates, "
+                        "by state", series=(({"state": state}, count)
+                                            for state, count in sorted(states.items())))
+        latency = broker.quorum.commit_latency if hasattr(broker, "quorum") else None
+        if latency is not None:
+            yield summary("moldau_raft_commit_latency_milliseconds", "Milliseconds from "
+                          "proposing metadata records to their commit, on the leader",
+                          [({}, latency.count, latency.total_ms, {})])

@@ -1,0 +1,256 @@
+"""The broker's http.listener: Prometheus metrics under Strimzi's and kafka-exporter's names,
+and the liveness and readiness probes, read over HTTP from real broker processes."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from confluent_kafka import TopicPartition
+from kafka.admin import NewTopic
+from prometheus_client.parser import text_string_to_metric_families
+
+from e2e.conftest import Broker, free_port, moldau_executable
+from e2e.support import (
+    ck_consumer,
+    kp_admin,
+    kp_create_topic,
+    kp_produce,
+    make_records,
+    unique,
+    wait_until,
+)
+from moldau.cluster.launcher import LocalCluster
+
+OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+
+
+def http_get(url: str, accept: str | None = None) -> tuple[int, str, str]:
+    """(status, content type, body) of a GET."""
+    request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.headers["Content-Type"], response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.headers["Content-Type"], error.read().decode()
+
+
+def scrape(port: int) -> dict[tuple[str, frozenset], float]:
+    """Every sample of /metrics, keyed by (name, labels)."""
+    status, _, body = http_get(f"http://127.0.0.1:{port}/metrics")
+    assert status == 200
+    return {(sample.name, frozenset(sample.labels.items())): sample.value
+            for family in text_string_to_metric_families(body) for sample in family.samples}
+
+
+def value(samples: dict, name: str, **labels: str) -> float:
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+def test_produce_counters_log_size_and_requests(broker: Broker) -> None:
+    topic = unique("metrics")
+    kp_create_topic(broker.bootstrap, topic)
+    before = scrape(broker.http_port)
+    records = make_records(50)
+    kp_produce(broker.bootstrap, topic, records)
+    after = scrape(broker.http_port)
+    segment_bytes = sum(path.stat().st_size
+                        for path in (broker.log_dir / f"{topic}-0").glob("*.log"))
+
+    def grew(name: str, **labels: str) -> float:
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    assert grew("kafka_server_brokertopicmetrics_messagesin_total", topic=topic) == 50
+    assert grew("kafka_server_brokertopicmetrics_messagesin_total") == 50
+    # The batches are stored as received: the bytes in are the segment's bytes.
+    assert grew("kafka_server_brokertopicmetrics_bytesin_total", topic=topic) == segment_bytes
+    assert grew("kafka_server_brokertopicmetrics_bytesin_total") == segment_bytes
+    assert value(after, "kafka_log_log_size", topic=topic, partition="0") == segment_bytes
+    assert value(after, "kafka_log_log_logendoffset", topic=topic, partition="0") == 50
+    assert value(after, "kafka_server_replicamanager_leadercount") >= 1
+    assert value(after, "kafka_controller_kafkacontroller_activecontrollercount") == 1
+    assert grew("kafka_network_requestmetrics_totaltimems_count", request="Produce") >= 1
+    assert any(name == "kafka_network_requestmetrics_requests_total"
+               and dict(labels)["request"] == "Metadata" for name, labels in after)
+    assert value(after, "kafka_network_requestmetrics_totaltimems",
+                 request="Produce", quantile="0.99") > 0
+    assert value(after, "kafka_server_raftmetrics_current_state", current_state="leader") == 1
+    assert 0 < value(after, "kafka_server_kafkarequesthandlerpool_requesthandleravgidle_percent"
+                     ) <= 1
+
+    consumer = ck_consumer(broker.bootstrap)
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    read = 0
+    for _ in range(60):
+        read += sum(1 for m in consumer.consume(100, timeout=0.5) if m.error() is None)
+        if read >= 50:
+            break
+    consumer.close()
+    assert read == 50
+    fetched = scrape(broker.http_port)
+    assert value(fetched, "kafka_server_brokertopicmetrics_bytesout_total",
+                 topic=topic) == segment_bytes
+
+
+def test_a_deleted_topic_leaves_no_series(broker: Broker) -> None:
+    topic = unique("deleted")
+    kp_create_topic(broker.bootstrap, topic)
+    kp_produce(broker.bootstrap, topic, make_records(3))
+
+    def series_of_topic() -> list[str]:
+        return [name for name, labels in scrape(broker.http_port)
+                if dict(labels).get("topic") == topic]
+
+    assert "kafka_server_brokertopicmetrics_messagesin_total" in series_of_topic()
+    admin = kp_admin(broker.bootstrap)
+    admin.delete_topics([topic])
+    admin.close()
+    wait_until(lambda: not series_of_topic(), 30, "the deleted topic's series gone")
+
+
+def test_scrapes_during_start_up_all_succeed(broker: Broker) -> None:
+    """Start-up loads logs and fills the partition table in threads; a scrape meanwhile
+    must not read that table half-built (it used to fail with HTTP 500)."""
+    admin = kp_admin(broker.bootstrap)
+    admin.create_topics([NewTopic(unique("wide"), 400, 1)])
+    admin.close()
+    url = f"http://127.0.0.1:{broker.http_port}/metrics"
+    wait_until(lambda: value(scrape(broker.http_port),
+                             "kafka_server_replicamanager_partitioncount") >= 400,
+               120, "400 partitions created")
+    broker.stop()
+    statuses: list[int] = []
+    done = threading.Event()
+
+    def scrape_until_started() -> None:
+        while not done.is_set():
+            with contextlib.suppress(OSError):  # not listening yet
+                statuses.append(http_get(url)[0])
+
+    scraper = threading.Thread(target=scrape_until_started)
+    scraper.start()
+    try:
+        broker.start(timeout=120)
+    finally:
+        done.set()
+        scraper.join(30)
+    assert statuses and set(statuses) == {200}
+
+
+def test_openmetrics_when_asked(broker: Broker) -> None:
+    status, content_type, body = http_get(f"http://127.0.0.1:{broker.http_port}/metrics",
+                                          accept="application/openmetrics-text")
+    assert status == 200
+    assert content_type == OPENMETRICS
+    assert body.endswith("# EOF\n")
+    status, content_type, _ = http_get(f"http://127.0.0.1:{broker.http_port}/metrics")
+    assert content_type.startswith("text/plain; version=0.0.4")
+
+
+def test_consumer_group_lag_from_the_coordinator(broker: Broker) -> None:
+    topic, group = unique("lagged"), unique("lag-group")
+    kp_create_topic(broker.bootstrap, topic, partitions=2)
+    kp_produce(broker.bootstrap, topic, make_records(10, partitions=2))
+    consumer = ck_consumer(broker.bootstrap, **{"group.id": group})
+    consumer.commit(offsets=[TopicPartition(topic, 0, 2), TopicPartition(topic, 1, 5)],
+                    asynchronous=False)
+    consumer.close()
+    samples = scrape(broker.http_port)
+    ends = {p: value(samples, "kafka_topic_partition_current_offset", topic=topic,
+                     partition=str(p)) for p in (0, 1)}
+    assert sum(ends.values()) == 10
+    for partition, committed in ((0, 2), (1, 5)):
+        labels = {"consumergroup": group, "topic": topic, "partition": str(partition)}
+        assert value(samples, "kafka_consumergroup_current_offset", **labels) == committed
+        assert value(samples, "kafka_consumergroup_lag", **labels) == ends[partition] - committed
+    assert value(samples, "kafka_consumergroup_lag_sum", consumergroup=group,
+                 topic=topic) == 10 - 7
+
+
+def test_livez_and_readyz_follow_the_quorum(tmp_path: Path) -> None:
+    controller_port = free_port()
+    voters = f"1@127.0.0.1:{controller_port}"
+    broker = Broker(tmp_path / "broker", {"node.id": 2, "process.roles": "broker",
+                                          "controller.quorum.voters": voters})
+    controller = Broker(tmp_path / "controller", {
+        "node.id": 1, "process.roles": "controller", "controller.quorum.voters": voters,
+        "listeners": f"CONTROLLER://127.0.0.1:{controller_port}"})
+    starting = threading.Thread(target=broker.start, kwargs={"timeout": 120})
+    starting.start()
+    try:
+        url = f"http://127.0.0.1:{broker.http_port}"
+
+        def answers() -> tuple[int, str, str] | None:
+            try:
+                return http_get(f"{url}/readyz")
+            except OSError:
+                return None
+
+        wait_until(answers, 30, "the http listener answering")
+        status, _, body = http_get(f"{url}/readyz")
+        assert status == 503
+        assert body.startswith("not ready: ")
+        assert len(body.strip().splitlines()) == 1
+        assert http_get(f"{url}/livez")[0] == 200
+        controller.start()
+        starting.join(120)
+        assert broker.alive
+        assert http_get(f"{url}/readyz")[:3:2] == (200, "ok\n")
+        assert http_get(f"http://127.0.0.1:{controller.http_port}/readyz")[0] == 200
+    finally:
+        starting.join(120)
+        broker.close()
+        controller.close()
+
+
+def test_a_failed_broker_shows_as_under_replicated(cluster: LocalCluster) -> None:
+    topic = unique("replicated")
+    admin = kp_admin(cluster.bootstrap_servers)
+    admin.create_topics([NewTopic(topic, 3, 3)])
+    admin.close()
+    ports = {node.node_id: node.http_port for node in cluster.nodes}
+    wait_until(lambda: sum(value(scrape(port), "kafka_server_replicamanager_partitioncount")
+                           for port in ports.values()) >= 9, 60, "replicas created")
+    everyone = [scrape(port) for port in ports.values()]
+    # kafka-exporter's cluster-wide series come from the active controller alone.
+    assert sum(value(samples, "kafka_brokers") for samples in everyone) == 3
+    assert sum(value(samples, "kafka_topic_partitions", topic=topic)
+               for samples in everyone) == 3
+    # Followers of the quorum fetch from its leader over the raft channel.
+    assert sum(value(samples, "kafka_server_raftchannelmetrics_request_total")
+               for samples in everyone) > 0
+    cluster.kill(3)
+    survivors = [port for node_id, port in ports.items() if node_id != 3]
+
+    def under_replicated() -> float:
+        return sum(value(scrape(port), "kafka_server_replicamanager_underreplicatedpartitions")
+                   for port in survivors)
+
+    wait_until(lambda: under_replicated() > 0, 60, "under-replicated partitions reported")
+    wait_until(lambda: sum(value(scrape(port),
+                                 "kafka_controller_kafkacontroller_activecontrollercount")
+                           for port in survivors) == 1, 60, "one active controller")
+
+
+def test_empty_http_listener_disables_it(broker_factory) -> None:
+    broker = broker_factory({"http.listener": ""})
+    try:
+        urllib.request.urlopen(f"http://127.0.0.1:{broker.http_port}/metrics", timeout=5)
+        raise AssertionError("the http listener still answers")
+    except urllib.error.URLError:
+        pass
+    assert "metrics" not in Path(broker.stdout_path).read_text()
+
+
+def test_bad_http_listener_is_a_one_line_error(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [moldau_executable(), "broker", "--override", "http.listener=localhost:9404",
+         "--override", f"log.dirs={tmp_path}"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr == ("moldau broker: Invalid value localhost:9404 for configuration "
+                             "http.listener: expected http://host:port, or empty to disable "
+                             "it\n")
