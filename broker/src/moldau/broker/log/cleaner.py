@@ -39,8 +39,11 @@ highest dirty ratio (dirty bytes / bytes of sealed segments) at or above
 Data is copied without the log's lock, which is only taken to look at the segment list and for
 the swap itself.
 
-Not handled yet: records of aborted transactions (the broker has no transaction support yet;
-control batches are simply kept).
+Transactions: only offsets below the first unstable offset are cleaned, so every
+transaction there is decided. Batches of aborted transactions (per the segments' `.txnindex`)
+never enter the offset map and are removed, and each cleaned segment carries the index entries
+of the segments it replaces. Transaction markers are always kept (Kafka drops one once its
+transaction's data is gone and `delete.retention.ms` has passed; that is not done here).
 """
 
 from __future__ import annotations
@@ -75,6 +78,7 @@ from .checkpoint import CheckpointError, read_offsets, write_offsets
 from .index import INT32_MAX
 from .log import CleanerView, PartitionLog
 from .segment import CLEANED_SUFFIX, MAGIC_V2, CorruptSegmentError, LogSegment
+from .txn_index import AbortedRanges
 
 log = logging.getLogger(__name__)
 
@@ -464,8 +468,9 @@ class _PassState:
     """Counters and the delete horizon schedule of one pass."""
 
     def __init__(self, now_ms: int, map_end: int, delete_retention_ms: int,
-                 protected: Mapping[int, int]) -> None:
+                 protected: Mapping[int, int], aborted: AbortedRanges) -> None:
         self.now_ms = now_ms
+        self.aborted = aborted
         self.map_end = map_end
         self.horizon_for_new = min(now_ms + delete_retention_ms, INT64_MAX)
         self.protected = protected
@@ -726,7 +731,8 @@ class LogCleaner:
         # Every sealed segment holding offsets below the mapped end is rewritten.
         todo = [(segments[k], sizes[k], segments[k + 1].base_offset)
                 for k in range(len(segments) - 1) if segments[k].base_offset < map_end]
-        state = _PassState(now_ms, map_end, cfg.delete_retention_ms, view.producer_last_batches)
+        state = _PassState(now_ms, map_end, cfg.delete_retention_ms, view.producer_last_batches,
+                           _aborted_in(view))
         bytes_before = bytes_after = segments_after = 0
         # Old segments go into one cleaned segment while what is written so far plus the next
         # one's full size stays within segment.bytes (so the result can never overflow) and
@@ -777,6 +783,7 @@ class LogCleaner:
                           offset_map: OffsetMap) -> int:
         """Map the keys of records in [start, end); returns where the mapping stopped."""
         segments, sizes = view.segments, view.sizes
+        aborted = _aborted_in(view)
         for k in range(len(segments) - 1):
             seg = segments[k]
             if segments[k + 1].base_offset <= start:
@@ -790,8 +797,8 @@ class LogCleaner:
                     continue
                 if h.base_offset >= end:
                     return end
-                if h.is_control:
-                    continue
+                if h.is_control or aborted.covers(h):
+                    continue  # aborted records must never supersede committed ones
                 try:
                     _, records = _records_of(h, batch)
                 except (KafkaError, ValueError, IndexError) as e:
@@ -820,6 +827,8 @@ class LogCleaner:
                 out.writer.add(batch, h)
             elif kept is not None:
                 out.writer.add(kept, parse_header(kept))
+        for txn in seg.txn_index.entries:  # the markers are all kept, so are the entries
+            out.segment.txn_index.append(txn)
         out.old.append(seg)
         out.old_bytes += size
 
@@ -852,6 +861,12 @@ class LogCleaner:
             # Control batches stay; so do batches past the mapped range (still dirty).
             state.kept += h.record_count
             return batch
+        if state.aborted.covers(h):
+            if state.protected.get(h.producer_id) == h.base_offset:
+                state.kept += h.record_count
+                return batch
+            state.removed += h.record_count
+            return None
         try:
             section, records = _records_of(h, batch)
         except (KafkaError, ValueError, IndexError) as e:
@@ -895,6 +910,10 @@ class LogCleaner:
             return _rebuild_batch(h, section, kept, state.horizon_for_new,
                                   h.attributes | DELETE_HORIZON_FLAG)
         return _rebuild_batch(h, section, kept, h.base_timestamp, h.attributes)
+
+
+def _aborted_in(view: CleanerView) -> AbortedRanges:
+    return AbortedRanges(t for seg in view.segments for t in seg.txn_index.entries)
 
 
 __all__ = [
