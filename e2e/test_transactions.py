@@ -168,7 +168,7 @@ def test_markers_replicate_and_a_new_leader_serves_read_committed(cluster: Local
                                                                    ) -> None:
     topic = unique("txn-replicated")
     create_topic(cluster.bootstrap_servers, topic, configs={"min.insync.replicas": "2"})
-    leader, isr = partition_state(cluster, topic)
+    leader, _ = partition_state(cluster, topic)
     wait_until(lambda: len(partition_state(cluster, topic)[1]) == 3, TIMEOUT, "a full ISR")
     run = Scenario(cluster.node(leader).broker_address, topic, acks=-1)
     run.produce_all()
@@ -176,6 +176,11 @@ def test_markers_replicate_and_a_new_leader_serves_read_committed(cluster: Local
     assert run.end(run.p2, commit=False) == wire.NONE
     run.conn.close()
     nodes = [1, 2, 3]
+    follower = next(n for n in nodes if n != leader)
+    with wire.Conn(cluster.node(follower).broker_address, timeout=30) as conn:
+        marker = wire.TxnMarker(run.p1, 0, True, {topic: [0]})
+        assert list(wire.write_txn_markers(conn, 60, [marker]).values()) == \
+            [wire.NOT_LEADER_OR_FOLLOWER]
     wait_until(lambda: all(txnindex_files(cluster.node(n).data_dir, topic) for n in nodes),
                TIMEOUT, "every replica to index the abort")
     leader_index = txnindex_files(cluster.node(leader).data_dir, topic)
