@@ -216,9 +216,9 @@ def test_retention_deletes_the_index_with_its_segment(tmp_path):
     plog.close()
 
 
-def test_compaction_drops_aborted_records_and_keeps_markers_and_the_index(tmp_path):
+def test_compaction_drops_aborted_records_then_their_marker_after_the_horizon(tmp_path):
     compact = config(cleanup_policy=("compact",), segment_bytes=600,
-                     min_cleanable_dirty_ratio=0.01)
+                     min_cleanable_dirty_ratio=0.01, delete_retention_ms=1_000)
     plog = open_log(tmp_path / "orders-0", compact)
     keyed = {"key": b"k", "value": b"v" * 30}
     produce(plog, make_batch(1, **keyed))  # 0: committed value of k
@@ -232,10 +232,24 @@ def test_compaction_drops_aborted_records_and_keeps_markers_and_the_index(tmp_pa
     while plog.num_segments < 3:
         produce(plog, make_batch(2, value=b"x" * 60, key=b"other"))
     before = txnindex_bytes(plog)
-    assert LogCleaner(lambda: [plog]).clean_once(10**13) is not None
+    cleaner = LogCleaner(lambda: [plog])
+    now = 10**13
+    assert cleaner.clean_once(now) is not None
     first = headers_of(plog.read_batches(0, 1 << 20))
-    # The aborted record is gone without superseding offset 0; its marker stays.
+    # The aborted record is gone without superseding offset 0; its marker stays for now.
     assert [h.base_offset for h in first[:4]] == [0, 2, 3, 4]
     assert first[1].is_control and first[3].is_control
     assert txnindex_bytes(plog) == before
+    assert cleaner.clean_once(now + 999) is None
+    # delete.retention.ms later the marker of the emptied transaction goes, with its entry;
+    # the commit marker of a transaction that still has data stays.
+    assert cleaner.clean_once(now + 1_000) is not None
+    first = headers_of(plog.read_batches(0, 1 << 20))
+    assert [h.base_offset for h in first[:3]] == [0, 3, 4]
+    assert txnindex_bytes(plog) == {}
+    assert plog.read(0, 1 << 20, max_offset=plog.high_watermark, min_one_batch=True,
+                     read_committed=True).aborted == []
     plog.close()
+    reopened = open_log(tmp_path / "orders-0", compact)
+    assert reopened.last_stable_offset == reopened.log_end_offset
+    reopened.close()

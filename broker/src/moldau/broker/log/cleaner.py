@@ -41,9 +41,11 @@ the swap itself.
 
 Transactions: only offsets below the first unstable offset are cleaned, so every
 transaction there is decided. Batches of aborted transactions (per the segments' `.txnindex`)
-never enter the offset map and are removed, and each cleaned segment carries the index entries
-of the segments it replaces. Transaction markers are always kept (Kafka drops one once its
-transaction's data is gone and `delete.retention.ms` has passed; that is not done here).
+never enter the offset map and are removed. A COMMIT/ABORT marker stays while any batch of
+its transaction does; once none is left it goes the way of a tombstone, as in Kafka: the
+first pass stamps it with a delete horizon, a pass after the horizon removes it (and its
+`.txnindex` entry). Each cleaned segment carries the index entries of the segments it
+replaces whose markers it keeps.
 """
 
 from __future__ import annotations
@@ -471,6 +473,9 @@ class _PassState:
                  protected: Mapping[int, int], aborted: AbortedRanges) -> None:
         self.now_ms = now_ms
         self.aborted = aborted
+        # Producer id -> whether a batch of its current transaction survives this pass.
+        self.txn_data_kept: dict[int, bool] = {}
+        self.dropped_markers: set[int] = set()
         self.map_end = map_end
         self.horizon_for_new = min(now_ms + delete_retention_ms, INT64_MAX)
         self.protected = protected
@@ -827,8 +832,9 @@ class LogCleaner:
                 out.writer.add(batch, h)
             elif kept is not None:
                 out.writer.add(kept, parse_header(kept))
-        for txn in seg.txn_index.entries:  # the markers are all kept, so are the entries
-            out.segment.txn_index.append(txn)
+        for txn in seg.txn_index.entries:
+            if txn.last_offset not in state.dropped_markers:
+                out.segment.txn_index.append(txn)
         out.old.append(seg)
         out.old_bytes += size
 
@@ -857,6 +863,16 @@ class LogCleaner:
     def _filter_batch(self, h: BatchHeader, batch: bytes, offset_map: OffsetMap,
                       state: _PassState, seg: LogSegment) -> bytes | None:
         """The batch to write in place of `batch` (itself when unchanged), or None to drop it."""
+        if h.is_control and h.base_offset < state.map_end:
+            return _filter_marker(h, batch, state)
+        out = self._filter_data(h, batch, offset_map, state, seg)
+        if h.is_transactional and not h.is_control:
+            pid = h.producer_id
+            state.txn_data_kept[pid] = state.txn_data_kept.get(pid, False) or out is not None
+        return out
+
+    def _filter_data(self, h: BatchHeader, batch: bytes, offset_map: OffsetMap,
+                     state: _PassState, seg: LogSegment) -> bytes | None:
         if h.is_control or h.base_offset >= state.map_end:
             # Control batches stay; so do batches past the mapped range (still dirty).
             state.kept += h.record_count
@@ -910,6 +926,30 @@ class LogCleaner:
             return _rebuild_batch(h, section, kept, state.horizon_for_new,
                                   h.attributes | DELETE_HORIZON_FLAG)
         return _rebuild_batch(h, section, kept, h.base_timestamp, h.attributes)
+
+
+def _filter_marker(h: BatchHeader, batch: bytes, state: _PassState) -> bytes | None:
+    """A transaction marker stays while its transaction has data; then it is stamped with a
+    delete horizon, and dropped by the first pass after it."""
+    if state.txn_data_kept.pop(h.producer_id, False):
+        state.kept += h.record_count
+        return batch
+    if h.attributes & DELETE_HORIZON_FLAG:
+        if state.now_ms >= h.base_timestamp:
+            state.removed += h.record_count
+            state.dropped_markers.add(h.base_offset)
+            return None
+        state.kept += h.record_count
+        state.note_horizon(h.base_timestamp)
+        return batch
+    state.kept += h.record_count
+    try:
+        section, records = _records_of(h, batch)
+    except (KafkaError, ValueError, IndexError):
+        return batch  # unreadable: kept as is, never dropped
+    state.note_horizon(state.horizon_for_new)
+    return _rebuild_batch(h, section, records, state.horizon_for_new,
+                          h.attributes | DELETE_HORIZON_FLAG)
 
 
 def _aborted_in(view: CleanerView) -> AbortedRanges:
