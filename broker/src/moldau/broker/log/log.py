@@ -448,6 +448,12 @@ class PartitionLog:
     def _set_high_watermark(self, value: int) -> None:
         # Clamped: never past the log end, never below the log start.
         self._high_watermark = max(min(value, self._log_end_offset), self._log_start_offset)
+        self._forget_replicated_markers()
+
+    def _forget_replicated_markers(self) -> None:
+        pending, hw = self._unreplicated, self._high_watermark
+        while pending and pending[0][1] < hw:
+            pending.popleft()
 
     @property
     def size_in_bytes(self) -> int:
@@ -734,9 +740,8 @@ class PartitionLog:
 
     def _last_stable_offset(self) -> int:
         hw = self._high_watermark
+        self._forget_replicated_markers()  # the log start may have moved the mark up
         pending = self._unreplicated
-        while pending and pending[0][1] < hw:
-            pending.popleft()
         first = self._producers.first_unstable_offset()
         if pending:
             first = pending[0][0] if first is None else min(first, pending[0][0])
