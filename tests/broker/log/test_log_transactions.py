@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 import struct
+import uuid
 
 import pytest
-from log_helpers import append, config, headers_of, make_batch, open_log
+from log_helpers import SMALL, append, config, headers_of, make_batch, open_log
 
 from moldau.broker.log.cleaner import LogCleaner
 from moldau.broker.log.log import PartitionLog
+from moldau.broker.log.manager import CLEAN_SHUTDOWN_FILE, LogManager
 from moldau.broker.log.txn_index import AbortedTxn
 from moldau.errors import ErrorCode, KafkaError
 from moldau.records.batch import parse_header
@@ -157,24 +159,27 @@ def test_index_and_lso_are_rebuilt_when_the_indexes_are_lost(tmp_path):
 
 
 def test_crash_recovery_rebuilds_the_index_of_what_survives(tmp_path):
-    path = tmp_path / "orders-0"
-    plog = open_log(path)
+    logs = LogManager([str(tmp_path)], default_config=SMALL)
+    logs.load()
+    plog = logs.create("orders", 0, uuid.uuid4(), SMALL)
     two_transactions(plog)
     produce(plog, txn_batch(P1, 2, 2))  # P1's second transaction: 8-9
     end_txn(plog, P1, commit=False)  # aborted at 10, entry (P1, 8, 10, 11)
     produce(plog, make_batch(1))
-    plog.close()
-    log_file = path / f"{0:020d}.log"
-    # A crash: the last batch is torn and the P1 abort never became durable.
-    marker_end = os.path.getsize(log_file) - len(make_batch(1))
-    os.truncate(log_file, marker_end - 5)
-    plog = open_log(path, clean=False, recovery_point=0)
+    assert len(txnindex_bytes(plog)[f"{0:020d}.txnindex"]) == 2 * 34
+    logs.shutdown()
+    # A crash: no clean-shutdown marker, the last batch torn, P1's abort never durable.
+    os.remove(tmp_path / CLEAN_SHUTDOWN_FILE)
+    log_file = tmp_path / "orders-0" / f"{0:020d}.log"
+    os.truncate(log_file, os.path.getsize(log_file) - len(make_batch(1)) - 5)
+    logs = LogManager([str(tmp_path)], default_config=SMALL)
+    (plog,) = logs.load()
     assert plog.log_end_offset == 10
     assert txnindex_bytes(plog) == {
         f"{0:020d}.txnindex": struct.pack(">hqqqq", 0, P2, 2, 7, 8)}
     plog.high_watermark = plog.log_end_offset
     assert plog.last_stable_offset == 8  # P1's transaction from 8 is open again
-    plog.close()
+    logs.shutdown()
 
 
 def test_snapshot_keeps_an_open_transaction_across_a_clean_restart(tmp_path):
