@@ -720,7 +720,7 @@ class PartitionLog:
         indexes of `seg` and the segments after it (their markers come later). As Kafka,
         stop at an entry whose stable offset reaches the bound: every transaction begun
         before it had ended by then."""
-        i = self._segments.index(seg)
+        i = bisect.bisect_left(self._bases, seg.base_offset)
         upper = self._segments[i + 1].base_offset if i + 1 < len(self._segments) else limit
         upper = min(upper, limit)
         found: list[AbortedTxn] = []
