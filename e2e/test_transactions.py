@@ -19,6 +19,8 @@ PLAIN = [b"plain-0", b"plain-1"]
 COMMITTED = [b"c1", b"c2"]
 ABORTED = [b"a1", b"a2", b"a3"]
 TIMEOUT = 60.0
+# COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_ENOUGH_REPLICAS, REQUEST_TIMED_OUT
+RETRIABLE = (14, 15, 19, 7)
 
 
 class Scenario:
@@ -29,8 +31,16 @@ class Scenario:
         self.conn = wire.Conn(bootstrap, timeout=30)
         self.topic = topic
         self.acks = acks
-        _, self.p1, _ = wire.init_producer_id(self.conn, 1)
-        _, self.p2, _ = wire.init_producer_id(self.conn, 2)
+        self.p1, self.p2 = self._producer_id(), self._producer_id()
+
+    def _producer_id(self) -> int:
+        """A fresh idempotent producer id (retried while the broker is not ready to hand
+        one out, as clients do)."""
+        def granted() -> int | None:
+            error, producer_id, _ = wire.init_producer_id(self.conn, 1)
+            assert error in (wire.NONE, *RETRIABLE), f"InitProducerId error {error}"
+            return producer_id if error == wire.NONE else None
+        return wait_until(granted, TIMEOUT, "a producer id")
 
     def produce_all(self) -> None:
         self._produce(wire.record_batch([PLAIN[0]]))
