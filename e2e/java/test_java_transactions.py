@@ -8,13 +8,15 @@ both brokers write must be byte for byte the same.
 
 from __future__ import annotations
 
+import struct
+
 import pytest
 
 from e2e import wire
 from e2e.java.oracle import BROKER_SETTINGS, Checks, rec_from_json, run_driver
 from e2e.kafka_dist import kafka_tool
 from e2e.support import kp_create_topic, unique
-from e2e.test_transactions import COMMITTED, PLAIN, Scenario
+from e2e.test_transactions import COMMITTED, PLAIN, Scenario, txnindex_files
 
 pytestmark = pytest.mark.timeout(240)
 BROKER_OVERRIDES = BROKER_SETTINGS
@@ -43,8 +45,15 @@ def test_markers_lso_and_aborted_index_match_kafka(target, tmp_path):
         "linger_ms": 2000, "commit": False,
         "config": {"isolation.level": "read_committed", "auto.offset.reset": "earliest"}}],
         tmp_path)[0]
-    index = {p.name: p.read_bytes()
-             for p in sorted((target.log_dir / f"{topic}-0").glob("*.txnindex"))}
+    # Aborted while the other transaction is still open: the index keeps that one's start
+    # as the stable offset of the time.
+    second = unique("java-txn-open")
+    kp_create_topic(target.bootstrap, second)
+    other = Scenario(target.bootstrap, second)
+    other.produce_all()
+    ended_early = [other.end(other.p2, commit=False), other.end(other.p1, commit=True)]
+    other.conn.close()
+    index, index_early = (txnindex_files(target.log_dir, name) for name in (topic, second))
 
     with Checks() as check:
         check.equal("transactional produce without a transactional id", denied.error_code,
@@ -57,7 +66,17 @@ def test_markers_lso_and_aborted_index_match_kafka(target, tmp_path):
         check.equal("Java consumer, read_committed (values, offsets)",
                     [(r.value, r.offset) for r in map(rec_from_json, consumed["records"])],
                     [(PLAIN[0], 0), (COMMITTED[0], 1), (COMMITTED[1], 2), (PLAIN[1], 6)])
-        check.equal(".txnindex files", index, {
-            f"{0:020d}.txnindex": (b"\0\0" + run.p2.to_bytes(8, "big") + (3).to_bytes(8, "big")
-                                   + (8).to_bytes(8, "big") + (9).to_bytes(8, "big"))})
+        check.equal(".txnindex files", index, {FIRST_INDEX: entry(run.p2, 3, 8, 9)})
+        check.equal("abort before the commit: WriteTxnMarkers errors", ended_early,
+                    [wire.NONE, wire.NONE])
+        check.equal("abort before the commit: .txnindex files", index_early,
+                    {FIRST_INDEX: entry(other.p2, 3, 7, 1)})
+
+
+FIRST_INDEX = f"{0:020d}.txnindex"
+
+
+def entry(producer_id: int, first: int, last: int, stable: int) -> bytes:
+    """One aborted transaction in Kafka's .txnindex layout (version 0)."""
+    return struct.pack(">hqqqq", 0, producer_id, first, last, stable)
 

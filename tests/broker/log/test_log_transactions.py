@@ -84,6 +84,24 @@ def test_lso_follows_the_oldest_open_transaction_and_aborts_are_indexed(tmp_path
     plog.close()
 
 
+def test_an_abort_records_the_start_of_a_transaction_still_open_as_its_stable_offset(tmp_path):
+    plog = open_log(tmp_path / "orders-0")
+    produce(plog, txn_batch(P1, 0, 2))  # 0-1, stays open
+    produce(plog, txn_batch(P2, 0, 3))  # 2-4
+    assert end_txn(plog, P2, commit=False) == 5
+    assert plog.last_stable_offset == 0
+    assert txnindex_bytes(plog) == {
+        f"{0:020d}.txnindex": struct.pack(">hqqqq", 0, P2, 2, 5, 0)}
+    result = plog.read(0, 1 << 20, max_offset=plog.high_watermark, min_one_batch=True,
+                       read_committed=True)
+    assert result.slices == [] and result.aborted == []  # nothing below the LSO yet
+    end_txn(plog, P1, commit=True)
+    result = plog.read(0, 1 << 20, max_offset=plog.high_watermark, min_one_batch=True,
+                       read_committed=True)
+    assert result.aborted == [AbortedTxn(P2, 2, 5, 0)]
+    plog.close()
+
+
 def test_read_committed_stops_at_the_lso_while_a_transaction_is_open(tmp_path):
     plog = open_log(tmp_path / "orders-0")
     produce(plog, make_batch(2))
