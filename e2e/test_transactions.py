@@ -1,7 +1,7 @@
 """The partition side of transactions against real brokers and real consumers.
 
 Transactional batches go in with raw Produce requests and are ended with raw WriteTxnMarkers
-(what the transaction coordinator will send); librdkafka and kafka-python consumers with
+(what the transaction coordinator will send); librdkafka, kafka-python and Moldau consumers with
 isolation.level=read_committed must then see exactly the committed records.
 """
 
@@ -113,13 +113,27 @@ def kp_read(bootstrap: str, topic: str, isolation: str, end: int) -> list[bytes]
         consumer.close(autocommit=False)
 
 
+def moldau_read(bootstrap: str, topic: str, isolation: str, end: int) -> list[bytes]:
+    from moldau.client import Consumer, TopicPartition
+
+    tp = TopicPartition(topic, 0)
+    with Consumer({"bootstrap.servers": bootstrap, "auto.offset.reset": "earliest",
+                   "isolation.level": isolation, "fetch.max.wait.ms": 100}) as consumer:
+        consumer.assign([tp])
+        out: list[bytes] = []
+        deadline = time.monotonic() + TIMEOUT
+        while consumer.position(tp, timeout=15) < end:
+            assert time.monotonic() < deadline, f"stuck before {end}: got {out}"
+            out.extend(r.value for r in consumer.poll(0.5))
+        return out
+
+
 def assert_clients_see_only_committed(bootstrap: str, topic: str) -> None:
     committed = [PLAIN[0], *COMMITTED, PLAIN[1]]
     everything = [PLAIN[0], *COMMITTED, *ABORTED, PLAIN[1]]
-    assert ck_read(bootstrap, topic, "read_committed", 9) == committed
-    assert kp_read(bootstrap, topic, "read_committed", 9) == committed
-    assert ck_read(bootstrap, topic, "read_uncommitted", 9) == everything
-    assert kp_read(bootstrap, topic, "read_uncommitted", 9) == everything
+    for read in (ck_read, kp_read, moldau_read):
+        assert read(bootstrap, topic, "read_committed", 9) == committed, read.__name__
+        assert read(bootstrap, topic, "read_uncommitted", 9) == everything, read.__name__
 
 
 def test_read_committed_consumers_see_only_committed_records(broker) -> None:
