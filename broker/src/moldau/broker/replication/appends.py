@@ -46,6 +46,16 @@ def _isr_text(isr: Sequence[int]) -> str:
     return "{" + ", ".join(str(replica) for replica in isr) + "}"
 
 
+def _check_min_isr(partition: Partition) -> None:
+    """Kafka refuses an acks=all append up front when the ISR is below min.insync.replicas."""
+    isr, needed = partition.isr, partition.log.config.min_insync_replicas
+    if len(isr) < needed:
+        raise KafkaError(ErrorCode.not_enough_replicas,
+                         f"The size of the current ISR {_isr_text(isr)} is insufficient to "
+                         f"satisfy the min.isr requirement of {needed} for partition "
+                         f"{partition.topic}-{partition.index}")
+
+
 class LeaderAppends:
     # Provided by ReplicaManager.
     partitions: dict[TopicPartition, Partition]
@@ -122,12 +132,8 @@ class LeaderAppends:
             partition = self.leader(topic, index)
             partition_log = partition.log
             config = partition_log.config
-            isr = partition.isr
-            if acks == -1 and len(isr) < config.min_insync_replicas:
-                raise KafkaError(ErrorCode.not_enough_replicas,
-                                 f"The size of the current ISR {_isr_text(isr)} is "
-                                 f"insufficient to satisfy the min.isr requirement of "
-                                 f"{config.min_insync_replicas} for partition {topic}-{index}")
+            if acks == -1:
+                _check_min_isr(partition)
             if not records:
                 raise KafkaError(ErrorCode.corrupt_message, "Produce request with no records")
             now = int(time.time() * 1000)
@@ -154,6 +160,7 @@ class LeaderAppends:
         high watermark to pass it, as for acks=all."""
         def write() -> ProduceResult:
             partition = self.leader(topic, index)
+            _check_min_isr(partition)  # markers are written with acks=all
             plog = partition.log
             now = int(time.time() * 1000)
             buf = bytearray(build_end_txn_marker(producer_id, producer_epoch,
