@@ -276,3 +276,19 @@ def test_compaction_drops_aborted_records_then_their_marker_after_the_horizon(tm
     reopened = open_log(tmp_path / "orders-0", compact)
     assert reopened.last_stable_offset == reopened.log_end_offset
     reopened.close()
+
+
+def test_a_fetch_lists_only_the_aborted_transactions_from_its_offset_on(tmp_path):
+    plog = open_log(tmp_path / "orders-0")
+    produce(plog, txn_batch(P2, 0, 3))  # 0-2
+    end_txn(plog, P2, commit=False)  # 3
+    produce(plog, txn_batch(P1, 0, 2))  # 4-5
+    end_txn(plog, P1, commit=False)  # 6
+    produce(plog, make_batch(1))  # 7
+    listed = {start: plog.read(start, 1 << 20, max_offset=plog.high_watermark,
+                               min_one_batch=True, read_committed=True).aborted
+              for start in (0, 3, 4, 7)}
+    assert listed == {0: [AbortedTxn(P2, 0, 3, 4), AbortedTxn(P1, 4, 6, 7)],
+                      3: [AbortedTxn(P2, 0, 3, 4), AbortedTxn(P1, 4, 6, 7)],
+                      4: [AbortedTxn(P1, 4, 6, 7)], 7: []}
+    plog.close()

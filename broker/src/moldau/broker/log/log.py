@@ -725,8 +725,8 @@ class PartitionLog:
         upper = min(upper, limit)
         found: list[AbortedTxn] = []
         for s in self._segments[i:]:
-            for txn in s.txn_index.entries:
-                if txn.last_offset >= fetch_offset and txn.first_offset < upper:
+            for txn in s.txn_index.ending_at_or_after(fetch_offset):
+                if txn.first_offset < upper:
                     found.append(txn)
                 if txn.last_stable_offset >= upper:
                     return found

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import struct
+from bisect import bisect_left
 from collections.abc import Iterable
 from typing import NamedTuple
 
@@ -41,6 +42,10 @@ class AbortedTxn(NamedTuple):
 
     def encode(self) -> bytes:
         return _ENTRY.pack(VERSION, *self)
+
+
+def _last_offset(txn: AbortedTxn) -> int:
+    return txn.last_offset
 
 
 class TransactionIndex:
@@ -77,10 +82,10 @@ class TransactionIndex:
         os.write(self._fd, txn.encode())
         self._dirty = True
 
-    def collect(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
-        """Entries of transactions overlapping [fetch_offset, upper_bound)."""
-        return [t for t in self.entries
-                if t.last_offset >= fetch_offset and t.first_offset < upper_bound]
+    def ending_at_or_after(self, offset: int) -> list[AbortedTxn]:
+        """Entries whose marker is at or after `offset` (entries are in marker order)."""
+        start = bisect_left(self.entries, offset, key=_last_offset)
+        return self.entries[start:] if start else self.entries
 
     def truncate_to(self, offset: int) -> None:
         """Drop the entries whose marker is at or after `offset`."""
