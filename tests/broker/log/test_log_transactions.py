@@ -225,16 +225,20 @@ def test_truncation_drops_index_entries_past_the_new_end(tmp_path):
     plog.close()
 
 
-def test_retention_deletes_the_index_with_its_segment(tmp_path):
+@pytest.mark.parametrize("how", ["DeleteRecords", "retention.ms"])
+def test_retention_deletes_the_index_with_its_segment(tmp_path, how):
     path = tmp_path / "orders-0"
-    plog = open_log(path, config(segment_bytes=600))
+    plog = open_log(path, config(segment_bytes=600, retention_ms=60_000))
     two_transactions(plog)
     while plog.num_segments < 3:
-        produce(plog, make_batch(2, value=b"x" * 60))
+        produce(plog, make_batch(2, value=b"x" * 60, ts=10**9))
     first = f"{0:020d}.txnindex"
     assert first in txnindex_bytes(plog)
-    plog.delete_records(plog.segment_base_offsets[1])
-    assert first not in os.listdir(path)
+    if how == "DeleteRecords":
+        plog.delete_records(plog.segment_base_offsets[1])
+    else:  # the first segment's newest record (the markers, at 5 s) is past retention.ms
+        assert plog.apply_retention(5_000 + 60_001) >= 1
+    assert plog.log_start_offset > 0
     assert not [n for n in os.listdir(path) if n.startswith(f"{0:020d}.")]
     plog.close()
 
