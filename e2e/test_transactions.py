@@ -44,8 +44,8 @@ class Scenario:
 
     def produce_all(self) -> None:
         self._produce(wire.record_batch([PLAIN[0]]))
-        self._produce(self._txn(self.p1, COMMITTED), "txn-one")
-        self._produce(self._txn(self.p2, ABORTED), "txn-two")
+        self._produce(self.txn_batch(self.p1, COMMITTED), "txn-one")
+        self._produce(self.txn_batch(self.p2, ABORTED), "txn-two")
         self._produce(wire.record_batch([PLAIN[1]]))
 
     def end(self, producer_id: int, commit: bool, coordinator_epoch: int = 0) -> int:
@@ -59,7 +59,7 @@ class Scenario:
         return offset
 
     @staticmethod
-    def _txn(producer_id: int, values: list[bytes]) -> bytes:
+    def txn_batch(producer_id: int, values: list[bytes]) -> bytes:
         return wire.record_batch(values, producer_id=producer_id, producer_epoch=0,
                                  base_sequence=0, transactional=True)
 
@@ -141,7 +141,7 @@ def test_read_committed_consumers_see_only_committed_records(broker) -> None:
     ck_create_topic(broker.bootstrap, topic)
     run = Scenario(broker.bootstrap, topic)
     # As Kafka: transactional records need the request's transactional id.
-    denied = wire.produce(run.conn, 3, topic, 0, run._txn(run.p1, [b"x"]))
+    denied = wire.produce(run.conn, 3, topic, 0, run.txn_batch(run.p1, [b"x"]))
     assert denied.error_code == wire.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     run.produce_all()
     assert run.latest(wire.READ_COMMITTED) == 1  # the last stable offset: P1 is open

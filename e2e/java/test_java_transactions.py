@@ -32,7 +32,7 @@ def test_markers_lso_and_aborted_index_match_kafka(target, tmp_path):
     topic = unique("java-txn")
     kp_create_topic(target.bootstrap, topic)
     run = Scenario(target.bootstrap, topic)
-    denied = wire.produce(run.conn, 3, topic, 0, run._txn(run.p1, [b"x"]))
+    denied = wire.produce(run.conn, 3, topic, 0, run.txn_batch(run.p1, [b"x"]))
     run.produce_all()
     open_lso = run.latest(wire.READ_COMMITTED)
     ended = [run.end(run.p1, commit=True, coordinator_epoch=5),
