@@ -24,6 +24,7 @@ CREATE_TOPICS = 19
 DELETE_TOPICS = 20
 DELETE_RECORDS = 21
 INIT_PRODUCER_ID = 22
+WRITE_TXN_MARKERS = 27
 DESCRIBE_CONFIGS = 32
 ALTER_CONFIGS = 33
 DESCRIBE_LOG_DIRS = 35
@@ -36,12 +37,18 @@ NONE = 0
 OFFSET_OUT_OF_RANGE = 1
 CORRUPT_MESSAGE = 2
 UNKNOWN_TOPIC_OR_PARTITION = 3
+NOT_LEADER_OR_FOLLOWER = 6
 MESSAGE_TOO_LARGE = 10
 NOT_ENOUGH_REPLICAS = 19
 INVALID_TIMESTAMP = 32
 UNSUPPORTED_VERSION = 35
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 DUPLICATE_SEQUENCE_NUMBER = 46
+TRANSACTION_COORDINATOR_FENCED = 52
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+
+READ_UNCOMMITTED = 0
+READ_COMMITTED = 1
 
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
@@ -483,7 +490,8 @@ def encode_record(offset_delta: int, timestamp_delta: int, key: bytes | None,
 
 def record_batch(values: list[bytes], *, base_timestamp: int | None = None,
                  producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
-                 keys: list[bytes | None] | None = None, gzip_records: bool = False) -> bytes:
+                 keys: list[bytes | None] | None = None, gzip_records: bool = False,
+                 transactional: bool = False) -> bytes:
     """A magic-2 batch with base offset 0, as a producer sends it (uncompressed or gzip)."""
     if base_timestamp is None:
         base_timestamp = int(time.time() * 1000)
@@ -491,7 +499,8 @@ def record_batch(values: list[bytes], *, base_timestamp: int | None = None,
     records = b"".join(encode_record(i, i, keys[i], v) for i, v in enumerate(values))
     if gzip_records:
         records = gzip.compress(records, mtime=0)
-    after_crc = (int16(1 if gzip_records else 0) + int32(len(values) - 1) + int64(base_timestamp)
+    attributes = (1 if gzip_records else 0) | (0x10 if transactional else 0)
+    after_crc = (int16(attributes) + int32(len(values) - 1) + int64(base_timestamp)
                  + int64(base_timestamp + len(values) - 1) + int64(producer_id)
                  + int16(producer_epoch) + int32(base_sequence) + int32(len(values)) + records)
     crc = struct.pack(">I", crc32c(after_crc))
@@ -558,10 +567,11 @@ def parse_batches(data: bytes) -> list[Batch]:
 
 
 def produce_request(correlation_id: int, topic: str, partition: int, batch: bytes, *,
-                    acks: int = 1, timeout_ms: int = 10000) -> bytes:
+                    acks: int = 1, timeout_ms: int = 10000,
+                    transactional_id: str | None = None) -> bytes:
     partition_data = int32(partition) + compact_bytes(batch) + TAGS
     topic_data = compact_string(topic) + compact_array([partition_data]) + TAGS
-    body = (compact_string(None) + int16(acks) + int32(timeout_ms)
+    body = (compact_string(transactional_id) + int16(acks) + int32(timeout_ms)
             + compact_array([topic_data]) + TAGS)
     return request(PRODUCE, 9, correlation_id, body, flexible=True)
 
@@ -599,8 +609,9 @@ def parse_produce_v9(reader: Reader) -> dict[tuple[str, int], ProducePartition]:
 
 
 def produce(conn: Conn, correlation_id: int, topic: str, partition: int, batch: bytes,
-            acks: int = 1) -> ProducePartition:
-    conn.send(produce_request(correlation_id, topic, partition, batch, acks=acks))
+            acks: int = 1, transactional_id: str | None = None) -> ProducePartition:
+    conn.send(produce_request(correlation_id, topic, partition, batch, acks=acks,
+                              transactional_id=transactional_id))
     corr, reader = conn.recv_response(header_v1=True)
     assert corr == correlation_id, (corr, correlation_id)
     return parse_produce_v9(reader)[(topic, partition)]
@@ -609,17 +620,19 @@ def produce(conn: Conn, correlation_id: int, topic: str, partition: int, batch: 
 # --------------------------------------------------------------------------- ListOffsets v6
 
 
-def list_offsets_request(correlation_id: int, topic: str, partition: int, timestamp: int) -> bytes:
+def list_offsets_request(correlation_id: int, topic: str, partition: int, timestamp: int,
+                         isolation_level: int = READ_UNCOMMITTED) -> bytes:
     part = int32(partition) + int32(-1) + int64(timestamp) + TAGS
-    body = (int32(-1) + int8(0) + compact_array([compact_string(topic) + compact_array([part])
-                                                 + TAGS]) + TAGS)
+    topics = compact_array([compact_string(topic) + compact_array([part]) + TAGS])
+    body = int32(-1) + int8(isolation_level) + topics + TAGS
     return request(LIST_OFFSETS, 6, correlation_id, body, flexible=True)
 
 
 def list_offset(conn: Conn, correlation_id: int, topic: str, partition: int,
-                timestamp: int) -> tuple[int, int, int]:
+                timestamp: int, isolation_level: int = READ_UNCOMMITTED) -> tuple[int, int, int]:
     """(error code, timestamp, offset) for one partition."""
-    conn.send(list_offsets_request(correlation_id, topic, partition, timestamp))
+    conn.send(list_offsets_request(correlation_id, topic, partition, timestamp,
+                                   isolation_level))
     corr, reader = conn.recv_response(header_v1=True)
     assert corr == correlation_id
     reader.int32()
@@ -643,19 +656,37 @@ def list_offset(conn: Conn, correlation_id: int, topic: str, partition: int,
 
 
 def fetch_request(correlation_id: int, topic: str, partition: int, offset: int,
-                  max_bytes: int = 4 * 1024 * 1024, max_wait_ms: int = 100) -> bytes:
+                  max_bytes: int = 4 * 1024 * 1024, max_wait_ms: int = 100,
+                  isolation_level: int = READ_UNCOMMITTED) -> bytes:
     """Fetch v11 (the newest non-flexible version) without a fetch session."""
     part = int32(partition) + int32(-1) + int64(offset) + int64(-1) + int32(max_bytes)
-    body = (int32(-1) + int32(max_wait_ms) + int32(1) + int32(max_bytes) + int8(0)
+    body = (int32(-1) + int32(max_wait_ms) + int32(1) + int32(max_bytes) + int8(isolation_level)
             + int32(0) + int32(-1)  # session id 0, epoch -1: a sessionless full fetch
             + array([string(topic) + array([part])]) + array([]) + string(""))
     return request(FETCH, 11, correlation_id, body, flexible=False)
 
 
+@dataclass
+class FetchPartition:
+    error_code: int
+    high_watermark: int
+    last_stable_offset: int
+    aborted: list[tuple[int, int]] | None  # (producer id, first offset); None when null
+    records: bytes
+
+
 def fetch(conn: Conn, correlation_id: int, topic: str, partition: int, offset: int
           ) -> tuple[int, int, bytes]:
     """(error code, high watermark, record bytes) for one partition, Fetch v11."""
-    conn.send(fetch_request(correlation_id, topic, partition, offset))
+    got = fetch_partition(conn, correlation_id, topic, partition, offset)
+    return got.error_code, got.high_watermark, got.records
+
+
+def fetch_partition(conn: Conn, correlation_id: int, topic: str, partition: int, offset: int,
+                    isolation_level: int = READ_UNCOMMITTED) -> FetchPartition:
+    """One partition's whole answer to a Fetch v11."""
+    conn.send(fetch_request(correlation_id, topic, partition, offset,
+                            isolation_level=isolation_level))
     corr, reader = conn.recv_response(header_v1=False)
     assert corr == correlation_id
     reader.int32()  # throttle
@@ -668,15 +699,15 @@ def fetch(conn: Conn, correlation_id: int, topic: str, partition: int, offset: i
         for _ in range(reader.array_len()):
             reader.int32()
             error_code, high_watermark = reader.int16(), reader.int64()
-            reader.int64()  # last stable offset
+            last_stable_offset = reader.int64()
             reader.int64()  # log start offset
-            aborted = reader.array_len()
-            for _ in range(max(aborted, 0)):
-                reader.int64()
-                reader.int64()
+            count = reader.array_len()
+            aborted = None if count < 0 else [(reader.int64(), reader.int64())
+                                              for _ in range(count)]
             reader.int32()  # preferred read replica
             records = reader.nullable_bytes() or b""
-            result = (error_code, high_watermark, records)
+            result = FetchPartition(error_code, high_watermark, last_stable_offset, aborted,
+                                    records)
     reader.done()
     assert result is not None
     return result
@@ -716,6 +747,47 @@ def init_producer_id(conn: Conn, correlation_id: int, transactional_id: str | No
     reader.tags()
     reader.done()
     return error_code, producer_id, epoch
+
+
+# --------------------------------------------------------------------------- WriteTxnMarkers v1
+
+
+@dataclass
+class TxnMarker:
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    topics: dict[str, list[int]]
+    coordinator_epoch: int = 0
+
+
+def write_txn_markers(conn: Conn, correlation_id: int, markers: list[TxnMarker]
+                      ) -> dict[tuple[int, str, int], int]:
+    """Error code per (producer id, topic, partition), as the coordinator sends markers."""
+    encoded = []
+    for m in markers:
+        topics = [compact_string(name) + compact_array([int32(p) for p in parts]) + TAGS
+                  for name, parts in m.topics.items()]
+        encoded.append(int64(m.producer_id) + int16(m.producer_epoch) + int8(int(m.commit))
+                       + compact_array(topics) + int32(m.coordinator_epoch) + TAGS)
+    conn.send(request(WRITE_TXN_MARKERS, 1, correlation_id, compact_array(encoded) + TAGS,
+                      flexible=True))
+    corr, reader = conn.recv_response(header_v1=True, timeout=60)
+    assert corr == correlation_id
+    out = {}
+    for _ in range(reader.compact_array_len()):
+        producer_id = reader.int64()
+        for _ in range(reader.compact_array_len()):
+            name = reader.compact_string()
+            for _ in range(reader.compact_array_len()):
+                index, error_code = reader.int32(), reader.int16()
+                reader.tags()
+                out[(producer_id, name, index)] = error_code
+            reader.tags()
+        reader.tags()
+    reader.tags()
+    reader.done()
+    return out
 
 
 # --------------------------------------------------------------------------- other seeds

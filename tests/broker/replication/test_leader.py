@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 
-from replication_helpers import TOPIC, Clock, FakeController, Node, batch, run
+from replication_helpers import TOPIC, Clock, FakeController, Node, batch, run, wait_until
 
 from moldau.broker.log.checkpoint import LEADER_EPOCH_CHECKPOINT, read_epochs
 from moldau.broker.metadata.records import BrokerRegistrationChangeRecord
@@ -405,6 +405,27 @@ def test_many_new_logs_are_created_between_requests_and_batches_keep_their_order
             assert node.log().log_end_offset == 0
         finally:
             ticker.cancel()
+            await node.stop()
+
+    run(scenario())
+
+
+def test_a_transaction_marker_needs_min_isr_and_moves_the_lso_once_replicated(tmp_path):
+    async def scenario():
+        node, _ = await leader_node(tmp_path, isr=(1,), **{"min.insync.replicas": "2"})
+        replicas = node.replicas
+        try:
+            refused = replicas.append_txn_marker(TOPIC, 0, 7, 0, 0, commit=True)
+            assert refused.error is ErrorCode.not_enough_replicas
+            assert node.log().log_end_offset == 0
+            node.controller.elect(1, isr=(1, 2))
+            await wait_until(lambda: node.partition().isr == (1, 2), "the ISR to grow")
+            written = replicas.append_txn_marker(TOPIC, 0, 7, 0, 0, commit=True)
+            assert written.error is ErrorCode.none and written.base_offset == 0
+            assert node.log().last_stable_offset == 0  # the marker is not replicated yet
+            follower_fetch(node, 2, 1)
+            assert node.log().high_watermark == node.log().last_stable_offset == 1
+        finally:
             await node.stop()
 
     run(scenario())

@@ -14,4 +14,5 @@ from moldau.broker.handlers import (  # noqa: F401
     producer_ids,
     quorum,
     topics,
+    txn_markers,
 )

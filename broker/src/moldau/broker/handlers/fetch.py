@@ -120,13 +120,14 @@ class _FetchPlan:
             log = partition.log
             high_watermark = log.high_watermark
             result = log.read(wanted.fetch_offset, min(wanted.partition_max_bytes, max_bytes),
-                              max_offset=high_watermark, min_one_batch=first)
+                              max_offset=high_watermark, min_one_batch=first,
+                              read_committed=self.read_committed)
             out.records = result.slices
             out.high_watermark = result.high_watermark
-            out.last_stable_offset = result.high_watermark
+            out.last_stable_offset = result.last_stable_offset
             out.log_start_offset = result.log_start_offset
-            if self.read_committed:
-                out.aborted = []
+            if result.aborted is not None:
+                out.aborted = [(t.producer_id, t.first_offset) for t in result.aborted]
         except KafkaError as exc:
             out.error_code = exc.code.value
             out.records = ()
@@ -134,7 +135,7 @@ class _FetchPlan:
             if exc.code is ErrorCode.offset_out_of_range:
                 log = self.broker.replicas.leader(name, wanted.partition).log
                 out.high_watermark = log.high_watermark
-                out.last_stable_offset = log.high_watermark
+                out.last_stable_offset = log.last_stable_offset
                 out.log_start_offset = log.log_start_offset
         return out
 
@@ -159,7 +160,8 @@ class _FetchPlan:
                                            getattr(wanted, "log_start_offset", -1),
                                            result.log_end_offset)
         # Read after the follower's position was recorded: it may just have moved it.
-        out.high_watermark = out.last_stable_offset = log.high_watermark
+        out.high_watermark = log.high_watermark
+        out.last_stable_offset = log.last_stable_offset
         out.log_start_offset = log.log_start_offset
         return out
 

@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from moldau.broker.handlers.fetch import check_leader_epoch
+from moldau.broker.handlers.fetch import READ_COMMITTED, check_leader_epoch
 from moldau.broker.handlers.registry import Result, api, respond
 from moldau.broker.network.channel import Request
 from moldau.errors import ErrorCode, KafkaError
@@ -43,16 +43,19 @@ async def handle_list_offsets(broker: Broker, request: Request) -> Result:
         check_leader_epoch(partition, getattr(wanted, "current_leader_epoch", -1))
         log = partition.log
         target = wanted.timestamp
+        # READ_COMMITTED (v2+) sees only up to the last stable offset.
+        committed = getattr(request.body, "isolation_level", 0) == READ_COMMITTED
+        visible = log.last_stable_offset if committed else log.high_watermark
         found: tuple[int, int] | None
         if target == LATEST:
-            found = (log.high_watermark, -1)
+            found = (visible, -1)
         elif target in (EARLIEST, EARLIEST_LOCAL):
             found = (log.log_start_offset, -1)
         elif target == MAX_TIMESTAMP:
             found = log.offset_of_max_timestamp()
         elif target >= 0:
             found = log.offset_for_timestamp(target)
-            if found is not None and found[0] >= log.high_watermark:
+            if found is not None and found[0] >= visible:
                 found = None
         else:
             found = None

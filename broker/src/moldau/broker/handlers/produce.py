@@ -17,6 +17,7 @@ from moldau.broker.replication.manager import ProduceResult
 from moldau.errors import ErrorCode
 from moldau.protocol.build import millis
 from moldau.protocol.messages import MalformedRequest
+from moldau.records.batch import HEADER_SIZE, parse_header
 
 if TYPE_CHECKING:
     from moldau.broker.server import Broker
@@ -74,6 +75,11 @@ async def handle_produce(broker: Broker, request: Request) -> Result:
                for topic in body.topic_data for partition in topic.partition_data]
     if acks not in (-1, 0, 1):
         return _respond(request, entries, None)
+    if body.transactional_id is None and any(_transactional(r) for _, _, r in entries):
+        # As Kafka: transactional records need the request's transactional id (and the
+        # right to write for it); every partition gets the error.
+        denied = ErrorCode.transactional_id_authorization_failed
+        return _respond(request, entries, [ProduceResult(error=denied) for _ in entries])
     replicas = broker.replicas
     results = await replicas.append(entries, acks=acks, timeout_ms=timeout_ms, wait=False,
                                     produce_version=request.header.api_version)
@@ -89,6 +95,12 @@ async def handle_produce(broker: Broker, request: Request) -> Result:
                                                      timeout_ms))
         await replicas.wait_for_replication(entries, results, timeout_ms)  # no suspension
     return _respond(request, entries, results)
+
+
+def _transactional(records: bytes | None) -> bool:
+    """Whether the first batch is transactional (Kafka looks at the first batch only)."""
+    return (records is not None and len(records) >= HEADER_SIZE
+            and parse_header(records).is_transactional)
 
 
 async def _respond_when_replicated(broker: Broker, request: Request, entries: list[Any],

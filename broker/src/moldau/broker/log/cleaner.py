@@ -39,8 +39,13 @@ highest dirty ratio (dirty bytes / bytes of sealed segments) at or above
 Data is copied without the log's lock, which is only taken to look at the segment list and for
 the swap itself.
 
-Not handled yet: records of aborted transactions (the broker has no transaction support yet;
-control batches are simply kept).
+Transactions: only offsets below the first unstable offset are cleaned, so every
+transaction there is decided. Batches of aborted transactions (per the segments' `.txnindex`)
+never enter the offset map and are removed. A COMMIT/ABORT marker stays while any batch of
+its transaction does; once none is left it goes the way of a tombstone, as in Kafka: the
+first pass stamps it with a delete horizon, a pass after the horizon removes it (and its
+`.txnindex` entry). Each cleaned segment carries the index entries of the segments it
+replaces whose markers it keeps.
 """
 
 from __future__ import annotations
@@ -75,6 +80,7 @@ from .checkpoint import CheckpointError, read_offsets, write_offsets
 from .index import INT32_MAX
 from .log import CleanerView, PartitionLog
 from .segment import CLEANED_SUFFIX, MAGIC_V2, CorruptSegmentError, LogSegment
+from .txn_index import AbortedRanges
 
 log = logging.getLogger(__name__)
 
@@ -464,8 +470,12 @@ class _PassState:
     """Counters and the delete horizon schedule of one pass."""
 
     def __init__(self, now_ms: int, map_end: int, delete_retention_ms: int,
-                 protected: Mapping[int, int]) -> None:
+                 protected: Mapping[int, int], aborted: AbortedRanges) -> None:
         self.now_ms = now_ms
+        self.aborted = aborted
+        # Producer id -> whether a batch of its current transaction survives this pass.
+        self.txn_data_kept: dict[int, bool] = {}
+        self.dropped_markers: set[int] = set()
         self.map_end = map_end
         self.horizon_for_new = min(now_ms + delete_retention_ms, INT64_MAX)
         self.protected = protected
@@ -726,7 +736,8 @@ class LogCleaner:
         # Every sealed segment holding offsets below the mapped end is rewritten.
         todo = [(segments[k], sizes[k], segments[k + 1].base_offset)
                 for k in range(len(segments) - 1) if segments[k].base_offset < map_end]
-        state = _PassState(now_ms, map_end, cfg.delete_retention_ms, view.producer_last_batches)
+        state = _PassState(now_ms, map_end, cfg.delete_retention_ms, view.producer_last_batches,
+                           _aborted_in(view))
         bytes_before = bytes_after = segments_after = 0
         # Old segments go into one cleaned segment while what is written so far plus the next
         # one's full size stays within segment.bytes (so the result can never overflow) and
@@ -777,6 +788,7 @@ class LogCleaner:
                           offset_map: OffsetMap) -> int:
         """Map the keys of records in [start, end); returns where the mapping stopped."""
         segments, sizes = view.segments, view.sizes
+        aborted = _aborted_in(view)
         for k in range(len(segments) - 1):
             seg = segments[k]
             if segments[k + 1].base_offset <= start:
@@ -790,8 +802,8 @@ class LogCleaner:
                     continue
                 if h.base_offset >= end:
                     return end
-                if h.is_control:
-                    continue
+                if h.is_control or aborted.covers(h):
+                    continue  # aborted records must never supersede committed ones
                 try:
                     _, records = _records_of(h, batch)
                 except (KafkaError, ValueError, IndexError) as e:
@@ -820,6 +832,9 @@ class LogCleaner:
                 out.writer.add(batch, h)
             elif kept is not None:
                 out.writer.add(kept, parse_header(kept))
+        for txn in seg.txn_index.entries:
+            if txn.last_offset not in state.dropped_markers:
+                out.segment.txn_index.append(txn)
         out.old.append(seg)
         out.old_bytes += size
 
@@ -848,10 +863,26 @@ class LogCleaner:
     def _filter_batch(self, h: BatchHeader, batch: bytes, offset_map: OffsetMap,
                       state: _PassState, seg: LogSegment) -> bytes | None:
         """The batch to write in place of `batch` (itself when unchanged), or None to drop it."""
+        if h.is_control and h.base_offset < state.map_end:
+            return _filter_marker(h, batch, state)
+        out = self._filter_data(h, batch, offset_map, state, seg)
+        if h.is_transactional and not h.is_control:
+            pid = h.producer_id
+            state.txn_data_kept[pid] = state.txn_data_kept.get(pid, False) or out is not None
+        return out
+
+    def _filter_data(self, h: BatchHeader, batch: bytes, offset_map: OffsetMap,
+                     state: _PassState, seg: LogSegment) -> bytes | None:
         if h.is_control or h.base_offset >= state.map_end:
             # Control batches stay; so do batches past the mapped range (still dirty).
             state.kept += h.record_count
             return batch
+        if state.aborted.covers(h):
+            if state.protected.get(h.producer_id) == h.base_offset:
+                state.kept += h.record_count
+                return batch
+            state.removed += h.record_count
+            return None
         try:
             section, records = _records_of(h, batch)
         except (KafkaError, ValueError, IndexError) as e:
@@ -895,6 +926,34 @@ class LogCleaner:
             return _rebuild_batch(h, section, kept, state.horizon_for_new,
                                   h.attributes | DELETE_HORIZON_FLAG)
         return _rebuild_batch(h, section, kept, h.base_timestamp, h.attributes)
+
+
+def _filter_marker(h: BatchHeader, batch: bytes, state: _PassState) -> bytes | None:
+    """A transaction marker stays while its transaction has data; then it is stamped with a
+    delete horizon, and dropped by the first pass after it."""
+    if state.txn_data_kept.pop(h.producer_id, False):
+        state.kept += h.record_count
+        return batch
+    if h.attributes & DELETE_HORIZON_FLAG:
+        if state.now_ms >= h.base_timestamp:
+            state.removed += h.record_count
+            state.dropped_markers.add(h.base_offset)
+            return None
+        state.kept += h.record_count
+        state.note_horizon(h.base_timestamp)
+        return batch
+    state.kept += h.record_count
+    try:
+        section, records = _records_of(h, batch)
+    except (KafkaError, ValueError, IndexError):
+        return batch  # unreadable: kept as is, never dropped
+    state.note_horizon(state.horizon_for_new)
+    return _rebuild_batch(h, section, records, state.horizon_for_new,
+                          h.attributes | DELETE_HORIZON_FLAG)
+
+
+def _aborted_in(view: CleanerView) -> AbortedRanges:
+    return AbortedRanges(t for seg in view.segments for t in seg.txn_index.entries)
 
 
 __all__ = [

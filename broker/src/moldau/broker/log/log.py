@@ -20,6 +20,7 @@ import struct
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from typing import BinaryIO, NamedTuple
@@ -37,6 +38,7 @@ from moldau.records.batch import (
     set_log_append_time,
     set_partition_leader_epoch,
 )
+from moldau.records.control import EndTxnMarker, read_end_txn_marker
 
 from .checkpoint import (
     PARTITION_METADATA,
@@ -47,20 +49,20 @@ from .checkpoint import (
 )
 from .config import LogConfig
 from .leader_epoch import LeaderEpochCache
-from .producer_state import ProducerStateManager
+from .producer_state import CompletedTxn, ProducerStateManager
 from .segment import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
-    INDEX_SUFFIX,
+    INDEX_SUFFIXES,
     LOG_SUFFIX,
     SWAP_SUFFIX,
-    TIME_INDEX_SUFFIX,
     CorruptSegmentError,
     DeletionScheduler,
     LogSegment,
     default_scheduler,
     segment_file_name,
 )
+from .txn_index import AbortedTxn
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +85,9 @@ class LogReadResult(NamedTuple):
     high_watermark: int
     log_start_offset: int
     log_end_offset: int
+    last_stable_offset: int = -1
+    # READ_COMMITTED reads only: aborted transactions overlapping the data read.
+    aborted: list[AbortedTxn] | None = None
 
     @property
     def size(self) -> int:
@@ -159,6 +164,9 @@ class PartitionLog:
         # and the high watermark bound are found without an index lookup.
         self._positions: dict[int, tuple[LogSegment, int]] = {}
         self._producers = ProducerStateManager(dir_path, producer_id_expiration_ms)
+        # (first offset, marker offset) of transactions whose marker is above the high
+        # watermark: as in Kafka they stay unstable until the marker is replicated.
+        self._unreplicated: deque[tuple[int, int]] = deque()
         self._epochs: LeaderEpochCache | None = None
         self._topic_id: uuid.UUID | None = None
         self._closed = False
@@ -257,7 +265,8 @@ class PartitionLog:
         self._epochs = LeaderEpochCache(self._dir_path)
         self._epochs.truncate_from_end(self._log_end_offset)
         self._epochs.truncate_from_start(self._log_start_offset)
-        self._rebuild_producer_state()
+        self._rebuild_producer_state(reindex={s for s in self._segments
+                                              if s.base_offset in recovered})
         active = self._segments[-1]
         self._note_position(self._log_end_offset, active, active.size)
 
@@ -318,7 +327,7 @@ class PartitionLog:
             upper = max(end, base + 1)  # an emptied segment still replaces the one at `base`
             replaced = []
             for name in os.listdir(self._dir_path):
-                for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                for suffix in (LOG_SUFFIX, *INDEX_SUFFIXES):
                     stem = name[:-len(suffix)]
                     if name.endswith(suffix) and stem.isdigit() and base <= int(stem) < upper:
                         os.remove(os.path.join(self._dir_path, name))
@@ -337,21 +346,28 @@ class PartitionLog:
                        if n.endswith(LOG_SUFFIX) and n[:-len(LOG_SUFFIX)].isdigit())
         known = set(bases)
         for n in names:
-            for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            for suffix in INDEX_SUFFIXES:
                 stem = n[:-len(suffix)]
                 if n.endswith(suffix) and stem.isdigit() and int(stem) not in known:
                     log.info("%s: removing orphan index %s", self.name, n)
                     os.remove(os.path.join(self._dir_path, n))
         return bases
 
-    def _rebuild_producer_state(self) -> None:
-        """Latest snapshot plus a scan of the batch headers written after it."""
+    def _rebuild_producer_state(self, reindex: set[LogSegment] | None = None) -> None:
+        """Latest snapshot plus a scan of the batch headers written after it.
+
+        The segments in `reindex` (just recovered) get their aborted transaction index
+        re-derived on the way, so the scan starts at a snapshot no later than the first.
+        """
         producers = self._producers
-        start = producers.load(self._log_start_offset, self._log_end_offset)
+        first = min((s.base_offset for s in reindex), default=None) if reindex else None
+        start = producers.load(self._log_start_offset, self._log_end_offset, at_most=first)
         if start < self._log_end_offset:
             count = 0
-            for h in self._iter_headers_from(start):
-                producers.record(h)
+            for seg, pos, h in self._iter_batches_from(start):
+                done = producers.record(h, self._marker_at(seg, pos, h))
+                if done is not None and reindex and seg in reindex:
+                    self._index_completed(seg, done)
                 count += 1
             log.info("%s: rebuilt producer state from offset %d (%d batches scanned)",
                      self.name, start, count)
@@ -432,6 +448,12 @@ class PartitionLog:
     def _set_high_watermark(self, value: int) -> None:
         # Clamped: never past the log end, never below the log start.
         self._high_watermark = max(min(value, self._log_end_offset), self._log_start_offset)
+        self._forget_replicated_markers()
+
+    def _forget_replicated_markers(self) -> None:
+        pending, hw = self._unreplicated, self._high_watermark
+        while pending and pending[0][1] < hw:
+            pending.popleft()
 
     @property
     def size_in_bytes(self) -> int:
@@ -470,12 +492,14 @@ class PartitionLog:
 
     def append_as_leader(self, buf: bytearray, batches: list[BatchHeader], *,
                          leader_epoch: int, log_append_time_ms: int | None,
-                         background: Callable[[Callable[[], None]], object] | None = None
-                         ) -> AppendInfo:
+                         background: Callable[[Callable[[], None]], object] | None = None,
+                         marker: EndTxnMarker | None = None) -> AppendInfo:
         """Assign offsets to validated batches in `buf` (patched in place) and write them.
 
         A retry of a batch already in the log (same producer, epoch and sequences) appends
-        nothing and returns the original offsets with `duplicate` set.
+        nothing and returns the original offsets with `duplicate` set. `marker` says that
+        `buf` is the one control batch of a transaction marker, checked against the
+        producer's epoch and coordinator epoch instead.
         """
         if not batches:
             raise ValueError("nothing to append")
@@ -485,7 +509,13 @@ class PartitionLog:
         flush_needed = False
         with self._lock:
             self._check_open()
-            dup = self._producers.check(batches)
+            if marker is not None:
+                h = batches[0]
+                self._producers.check_marker(h.producer_id, h.producer_epoch,
+                                             marker.coordinator_epoch)
+                dup = None
+            else:
+                dup = self._producers.check(batches)
             if dup is not None:
                 return AppendInfo(dup.first_offset, dup.last_offset, -1,
                                   self._log_start_offset, True)
@@ -583,13 +613,32 @@ class PartitionLog:
             raise KafkaError(ErrorCode.kafka_storage_error, f"{self.name}: {e}") from e
         self._log_end_offset = last + 1
         producers = self._producers
+        pos = 0
         for h in placed:
             if h.producer_id >= 0:
-                producers.record(h)
+                marker = _marker_in(data, pos, h) if h.is_control else None
+                done = producers.record(h, marker)
+                if done is not None:
+                    self._index_completed(seg, done)
+                    if done.last_offset >= self._high_watermark:
+                        self._unreplicated.append((done.first_offset, done.last_offset))
+            pos += h.size
         producers.map_end_offset = self._log_end_offset
         self._note_position(first, seg, position)
         self._note_position(self._log_end_offset, seg, seg.size)
         return rolled
+
+    def _index_completed(self, seg: LogSegment, txn: CompletedTxn) -> None:
+        """Record an aborted transaction in the index of the segment holding its marker."""
+        if txn.aborted:
+            seg.txn_index.append(AbortedTxn(txn.producer_id, txn.first_offset,
+                                            txn.last_offset,
+                                            self._producers.stable_offset_after(txn)))
+
+    def _marker_at(self, seg: LogSegment, pos: int, h: BatchHeader) -> EndTxnMarker | None:
+        if not h.is_control or h.producer_id < 0:
+            return None
+        return _marker_in(seg.read(pos, h.size), 0, h)
 
     def _roll(self, reason: str, base_offset: int | None = None) -> LogSegment:
         """Start a new active segment at the log end (or `base_offset` for followers)."""
@@ -625,36 +674,78 @@ class PartitionLog:
     # -- reading -----------------------------------------------------------------------------
 
     def read(self, fetch_offset: int, max_bytes: int, *, max_offset: int | None,
-             min_one_batch: bool) -> LogReadResult:
+             min_one_batch: bool, read_committed: bool = False) -> LogReadResult:
         """File regions holding batches from the one containing `fetch_offset`.
 
         `max_offset` is exclusive (the high watermark for consumers). The result stays within
         one segment and may end with a partial batch; with `min_one_batch`, a first batch
-        larger than `max_bytes` is returned whole.
+        larger than `max_bytes` is returned whole. `read_committed` also stops at the last
+        stable offset and lists the aborted transactions the data may hold.
         """
         with self._lock, self._storage_errors():
             self._check_open()
-            lso, leo, hw = self._log_start_offset, self._log_end_offset, self._high_watermark
-            if fetch_offset < lso or fetch_offset > leo:
+            start_offset, leo = self._log_start_offset, self._log_end_offset
+            hw, stable = self._high_watermark, self._last_stable_offset()
+            if fetch_offset < start_offset or fetch_offset > leo:
                 raise KafkaError(ErrorCode.offset_out_of_range,
                                  f"{self.name}: offset {fetch_offset} is outside "
-                                 f"[{lso}, {leo}]")
+                                 f"[{start_offset}, {leo}]")
             limit = leo if max_offset is None else min(max_offset, leo)
+            if read_committed:
+                limit = min(limit, stable)
+            empty = LogReadResult([], hw, start_offset, leo, stable,
+                                  [] if read_committed else None)
             if fetch_offset >= limit or (max_bytes <= 0 and not min_one_batch):
-                return LogReadResult([], hw, lso, leo)
+                return empty
             start = self._locate(fetch_offset)
             if start is None:
-                return LogReadResult([], hw, lso, leo)
+                return empty
             seg, pos = start
             end = self._bound(seg, limit)
             available = end - pos
             if available <= 0:
-                return LogReadResult([], hw, lso, leo)
+                return empty
             size = min(max_bytes, available)
             if min_one_batch and size < available:
                 first_size = parse_header(seg.read(pos, HEADER_SIZE)).size
                 size = min(max(size, first_size), available)
-            return LogReadResult([FileSlice(seg.file, pos, size)], hw, lso, leo)
+            aborted = self._collect_aborted(seg, fetch_offset, limit) if read_committed \
+                else None
+            return LogReadResult([FileSlice(seg.file, pos, size)], hw, start_offset, leo,
+                                 stable, aborted)
+
+    def _collect_aborted(self, seg: LogSegment, fetch_offset: int,
+                         limit: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping what a read from `seg` may return, from the
+        indexes of `seg` and the segments after it (their markers come later). As Kafka,
+        stop at an entry whose stable offset reaches the bound: every transaction begun
+        before it had ended by then."""
+        i = bisect.bisect_left(self._bases, seg.base_offset)
+        upper = self._segments[i + 1].base_offset if i + 1 < len(self._segments) else limit
+        upper = min(upper, limit)
+        found: list[AbortedTxn] = []
+        for s in self._segments[i:]:
+            for txn in s.txn_index.ending_at_or_after(fetch_offset):
+                if txn.first_offset < upper:
+                    found.append(txn)
+                if txn.last_stable_offset >= upper:
+                    return found
+        return found
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Offsets below it are decided: no transaction is open there."""
+        with self._lock:
+            return self._last_stable_offset()
+
+    def _last_stable_offset(self) -> int:
+        hw = self._high_watermark
+        self._forget_replicated_markers()  # the log start may have moved the mark up
+        pending = self._unreplicated
+        first = self._producers.first_unstable_offset()
+        if pending:
+            first = pending[0][0] if first is None else min(first, pending[0][0])
+        return hw if first is None else max(min(first, hw), self._log_start_offset)
 
     def read_batches(self, start_offset: int, max_bytes: int, *,
                      max_offset: int | None = None) -> bytes:
@@ -699,13 +790,13 @@ class PartitionLog:
         if len(positions) > _POSITION_CACHE_SIZE:
             del positions[next(iter(positions))]
 
-    def _iter_headers_from(self, offset: int) -> Iterator[BatchHeader]:
-        """Headers of all batches whose last offset is >= `offset`, across segments."""
+    def _iter_batches_from(self, offset: int) -> Iterator[tuple[LogSegment, int, BatchHeader]]:
+        """(segment, position, header) of all batches whose last offset is >= `offset`."""
         i = max(bisect.bisect_right(self._bases, offset) - 1, 0)
         for seg in self._segments[i:]:
-            for _, h in seg.iter_headers(seg.offset_index.lookup(offset)):
+            for pos, h in seg.iter_headers(seg.offset_index.lookup(offset)):
                 if h.last_offset >= offset:
-                    yield h
+                    yield seg, pos, h
 
     # -- timestamps --------------------------------------------------------------------------
 
@@ -943,6 +1034,7 @@ class PartitionLog:
             self._remove_segment(seg)
         self._add_segment(LogSegment.create(self._dir_path, offset, **self._segment_args()))
         self._log_start_offset = self._log_end_offset = offset
+        self._unreplicated.clear()
         self._producers.delete_snapshots_above(-1)
         if self._epochs is not None:
             self._epochs.clear()
@@ -964,6 +1056,7 @@ class PartitionLog:
         self._log_start_offset = min(self._log_start_offset, leo)
         self._high_watermark = min(max(self._high_watermark, self._log_start_offset), leo)
         self._recovery_point = min(self._recovery_point, leo)
+        self._unreplicated = deque(t for t in self._unreplicated if t[1] < leo)
         if self._epochs is not None:
             self._epochs.truncate_from_end(leo)
         self._producers.delete_snapshots_above(leo)
@@ -1101,6 +1194,16 @@ def _stamped_at(buf: bytearray, pos: int) -> int | None:
     if not attributes & TIMESTAMP_TYPE_MASK:
         return None
     return struct.unpack_from(">q", buf, pos + MAX_TIMESTAMP_OFFSET)[0]
+
+
+def _marker_in(data: bytes | bytearray | memoryview, pos: int,
+               h: BatchHeader) -> EndTxnMarker | None:
+    """The transaction marker of the control batch at `pos`; None if it carries none."""
+    try:
+        return read_end_txn_marker(memoryview(data)[pos:pos + h.size], h)
+    except KafkaError as e:
+        log.warning("control batch at offset %d does not decode: %s", h.base_offset, e)
+        return None
 
 
 def _first_record(data: bytes, h: BatchHeader,

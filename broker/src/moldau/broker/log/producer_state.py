@@ -1,7 +1,9 @@
-"""Idempotent producer state of one partition: per producer id, its epoch and last 5 batches.
+"""Producer state of one partition: per producer id, its epoch, last 5 batches and the first
+offset of its ongoing transaction.
 
-Used to reject out-of-order batches and to answer a retried batch with the offsets it got the
-first time instead of appending it again. The state is a function of the batch headers in the
+Used to reject out-of-order batches, to answer a retried batch with the offsets it got the
+first time instead of appending it again, and to find the last stable offset (the first
+offset of the oldest ongoing transaction). The state is a function of the batch headers in the
 log, so it can always be rebuilt by scanning headers; snapshots only make that scan short.
 
 Snapshot file `<20-digit offset>.snapshot` holds the state of all batches below that offset.
@@ -31,11 +33,13 @@ import struct
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import crc32c
 
 from moldau.errors import ErrorCode, KafkaError
 from moldau.records.batch import NO_PRODUCER_EPOCH, NO_SEQUENCE, BatchHeader
+from moldau.records.control import EndTxnMarker
 
 from .checkpoint import atomic_write
 
@@ -82,6 +86,15 @@ class ProducerEntry:
         return None
 
 
+class CompletedTxn(NamedTuple):
+    """A transaction a marker just ended: its first offset and the marker's offset."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    aborted: bool
+
+
 def snapshot_name(offset: int) -> str:
     return f"{offset:020d}{SNAPSHOT_SUFFIX}"
 
@@ -95,6 +108,9 @@ class ProducerStateManager:
         self.dir_path = dir_path
         self.expiration_ms = expiration_ms
         self.producers: dict[int, ProducerEntry] = {}
+        # Producer id -> first offset of its ongoing transaction (kept apart from `producers`
+        # so the last stable offset costs nothing when there are no transactions).
+        self.ongoing: dict[int, int] = {}
         # The state reflects every batch below this offset.
         self.map_end_offset = 0
         self.last_snapshot_offset: int | None = None
@@ -131,6 +147,10 @@ class ProducerStateManager:
                 dup = entry.find_duplicate(h.base_sequence, h.last_sequence)
                 if dup is not None:
                     return dup
+            if not h.is_transactional and pid in self.ongoing:
+                raise KafkaError(ErrorCode.invalid_txn_state,
+                                 f"Expected transactional write from producer {pid}: its "
+                                 f"transaction from offset {self.ongoing[pid]} is ongoing")
             self._check_sequence(pid, h, epoch, last_seq, known=entry is not None)
             pending[pid] = (h.producer_epoch, h.last_sequence)
         return None
@@ -149,11 +169,29 @@ class ProducerStateManager:
             raise KafkaError(ErrorCode.out_of_order_sequence_number,
                              f"producer {pid}: sequence {first_seq} does not follow {last_seq}")
 
-    def record(self, h: BatchHeader) -> None:
-        """Apply a batch written to the log (with final offsets and timestamps)."""
+    def check_marker(self, producer_id: int, epoch: int, coordinator_epoch: int) -> None:
+        """Kafka's checks on a transaction marker before the leader writes it."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return
+        if epoch < entry.epoch:
+            raise KafkaError(ErrorCode.invalid_producer_epoch,
+                             f"Producer {producer_id}'s epoch {epoch} in the transaction "
+                             f"marker is older than the current epoch {entry.epoch}")
+        if coordinator_epoch < entry.coordinator_epoch:
+            raise KafkaError(ErrorCode.transaction_coordinator_fenced,
+                             f"Invalid coordinator epoch for producer {producer_id}: "
+                             f"{coordinator_epoch} (zombie), {entry.coordinator_epoch} "
+                             "(current)")
+
+    def record(self, h: BatchHeader, marker: EndTxnMarker | None = None) -> CompletedTxn | None:
+        """Apply a batch written to the log (with final offsets and timestamps).
+
+        `marker` is what a control batch carries; the transaction it ends is returned.
+        """
         pid = h.producer_id
         if pid < 0:
-            return
+            return None
         entry = self.producers.get(pid)
         if entry is None:
             entry = self.producers[pid] = ProducerEntry(pid)
@@ -162,13 +200,21 @@ class ProducerStateManager:
             entry.batches.clear()
         entry.last_timestamp = max(entry.last_timestamp, h.max_timestamp)
         if h.is_control:
-            entry.txn_first_offset = -1  # a commit or abort marker ends the transaction
-            return
+            if marker is None:
+                return None
+            # As Kafka: a marker with no transaction open still completes an (empty) one.
+            first = entry.txn_first_offset if entry.txn_first_offset >= 0 else h.base_offset
+            entry.txn_first_offset = -1
+            entry.coordinator_epoch = marker.coordinator_epoch
+            self.ongoing.pop(pid, None)
+            return CompletedTxn(pid, first, h.base_offset, marker.is_abort)
         if h.is_transactional and entry.txn_first_offset < 0:
             entry.txn_first_offset = h.base_offset
+            self.ongoing[pid] = h.base_offset
         if h.base_sequence != NO_SEQUENCE:
             entry.batches.append(BatchMetadata(h.base_sequence, h.last_sequence, h.base_offset,
                                                h.last_offset, h.max_timestamp))
+        return None
 
     def remove_expired(self, now_ms: int) -> int:
         """Forget producers idle longer than the expiration time with no open transaction."""
@@ -179,12 +225,18 @@ class ProducerStateManager:
         return len(expired)
 
     def first_unstable_offset(self) -> int | None:
-        """Smallest first offset of an ongoing transaction (for a later last-stable-offset)."""
-        starts = [e.txn_first_offset for e in self.producers.values() if e.txn_first_offset >= 0]
-        return min(starts) if starts else None
+        """Smallest first offset of an ongoing transaction."""
+        return min(self.ongoing.values()) if self.ongoing else None
+
+    def stable_offset_after(self, txn: CompletedTxn) -> int:
+        """The last stable offset once `txn` is complete, ignoring the high watermark:
+        what Kafka records with an aborted transaction in the index."""
+        first = self.first_unstable_offset()
+        return txn.last_offset + 1 if first is None else first
 
     def reset(self, offset: int) -> None:
         self.producers.clear()
+        self.ongoing.clear()
         self.map_end_offset = offset
 
     # -- snapshots ---------------------------------------------------------------------------
@@ -205,8 +257,9 @@ class ProducerStateManager:
         atomic_write(self._path(offset), self._encode(offset))
         self.last_snapshot_offset = offset
 
-    def load(self, log_start_offset: int, log_end_offset: int) -> int:
-        """Load the newest valid snapshot at or below the log end.
+    def load(self, log_start_offset: int, log_end_offset: int, *,
+             at_most: int | None = None) -> int:
+        """Load the newest valid snapshot at or below the log end (and `at_most`).
 
         Removes snapshots past the log end and unreadable ones. Returns the offset the caller
         must rebuild from by scanning batch headers up to the log end.
@@ -218,6 +271,8 @@ class ProducerStateManager:
                 log.info("%s: removing producer snapshot past the log end %d", path,
                          log_end_offset)
                 os.remove(path)
+                continue
+            if at_most is not None and offset > at_most:
                 continue
             try:
                 with open(path, "rb") as f:
@@ -284,3 +339,5 @@ class ProducerStateManager:
         if pos != len(body):
             raise ValueError("trailing bytes")
         self.producers = producers
+        self.ongoing = {pid: e.txn_first_offset for pid, e in producers.items()
+                        if e.txn_first_offset >= 0}

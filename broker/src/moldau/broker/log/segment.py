@@ -1,4 +1,5 @@
-"""One log segment: `<20-digit base offset>.log` plus its offset and time indexes.
+"""One log segment: `<20-digit base offset>.log` plus its offset, time and aborted
+transaction indexes.
 
 Writes go through `os.pwrite` on the file descriptor, reads through `os.pread`; only the 61-byte
 batch headers are ever parsed here. The data file object (`LogSegment.file`) is also what Fetch
@@ -27,12 +28,15 @@ from moldau.records.batch import (
 )
 
 from .index import INT32_MAX, IndexCorruptError, OffsetIndex, TimeIndex
+from .txn_index import TransactionIndex, TxnIndexCorruptError
 
 log = logging.getLogger(__name__)
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
+TXN_INDEX_SUFFIX = ".txnindex"
+INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 DELETED_SUFFIX = ".deleted"
 # A segment being written by the log cleaner, and one about to replace the segments it covers
 # (see PartitionLog.replace_segments and the start-up recovery of interrupted swaps).
@@ -105,6 +109,7 @@ class LogSegment:
                                         max_index_bytes)
         self.time_index = TimeIndex(self._path(TIME_INDEX_SUFFIX, suffix), base_offset,
                                     max_index_bytes)
+        self.txn_index = TransactionIndex(self._path(TXN_INDEX_SUFFIX, suffix))
         self.next_offset = base_offset
         self.max_timestamp = -1
         # Base offset of the batch holding max_timestamp; the exact record is found on demand.
@@ -132,6 +137,7 @@ class LogSegment:
                   truncate=True, suffix=suffix)
         seg.offset_index.reset([])
         seg.time_index.reset([])
+        seg.txn_index.reset()
         return seg
 
     @classmethod
@@ -149,7 +155,8 @@ class LogSegment:
         try:
             self.offset_index.load(self.size)
             self.time_index.load()
-        except IndexCorruptError as e:
+            self.txn_index.load()
+        except (IndexCorruptError, TxnIndexCorruptError) as e:
             return f"corrupt index ({e})"
         try:
             self._load_tail_state()
@@ -192,6 +199,7 @@ class LogSegment:
         with self._io_lock:
             self.offset_index.rename(self._path(INDEX_SUFFIX, suffix))
             self.time_index.rename(self._path(TIME_INDEX_SUFFIX, suffix))
+            self.txn_index.rename(self._path(TXN_INDEX_SUFFIX, suffix))
             new_log_path = self._path(LOG_SUFFIX, suffix)
             os.rename(self.log_path, new_log_path)
             self.log_path = new_log_path
@@ -314,7 +322,8 @@ class LogSegment:
     def recover(self, max_batch_bytes: int) -> int:
         """Validate every batch, cut the file at the first bad one, rebuild both indexes.
 
-        Returns the number of bytes truncated.
+        Returns the number of bytes truncated. The aborted transaction index is emptied: only
+        the log, replaying producer state over the batches, can re-derive it.
         """
         file_size = os.fstat(self.fd).st_size
         reader = _ChunkReader(self.fd, file_size, RECOVER_CHUNK)
@@ -368,6 +377,7 @@ class LogSegment:
         self.size = pos
         self.offset_index.reset(offset_entries)
         self.time_index.reset(time_entries)
+        self.txn_index.reset()
         self.next_offset = next_offset
         self.max_timestamp, self.offset_of_max_timestamp = max_ts, max_ts_offset
         self.first_batch_timestamp = first_ts
@@ -386,6 +396,7 @@ class LogSegment:
         self.size = pos
         self._dirty = True
         self.offset_index.truncate_to_position(pos)
+        self.txn_index.truncate_to(offset)
         self._load_tail_state()  # also drops time index entries past the new end
         return removed
 
@@ -405,17 +416,20 @@ class LogSegment:
                     raise
             self.offset_index.flush()
             self.time_index.flush()
+            self.txn_index.flush()
 
     def close_index_files(self) -> None:
         """Release index write descriptors (kept in memory); done once a segment is sealed."""
         with self._io_lock:
             self.offset_index.close()
             self.time_index.close()
+            self.txn_index.close()
 
     def close(self) -> None:
         with self._io_lock:
             self.offset_index.close()
             self.time_index.close()
+            self.txn_index.close()
             self.file.close()
 
     def mark_deleted(self) -> None:
@@ -424,12 +438,13 @@ class LogSegment:
             self.deleted = True
             self.offset_index.close()
             self.time_index.close()
-            for path in (self.log_path, self.offset_index.path, self.time_index.path):
+            self.txn_index.close()
+            for path in self._paths():
                 with contextlib.suppress(FileNotFoundError):
                     os.rename(path, path + DELETED_SUFFIX)
 
     def unlink_deleted(self) -> None:
-        for path in (self.log_path, self.offset_index.path, self.time_index.path):
+        for path in self._paths():
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path + DELETED_SUFFIX)
 
@@ -441,9 +456,13 @@ class LogSegment:
     def discard(self) -> None:
         """Close and remove the files of a segment no reader has seen (an abandoned cleaning)."""
         self.close()
-        for path in (self.log_path, self.offset_index.path, self.time_index.path):
+        for path in self._paths():
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
+
+    def _paths(self) -> tuple[str, ...]:
+        return (self.log_path, self.offset_index.path, self.time_index.path,
+                self.txn_index.path)
 
     def __repr__(self) -> str:
         return (f"LogSegment(base={self.base_offset}, size={self.size}, "

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -19,6 +19,8 @@ from moldau.broker.replication.partition import Partition
 from moldau.broker.replication.purgatory import ProducePurgatory
 from moldau.config import LONG_MAX
 from moldau.errors import ErrorCode, KafkaError
+from moldau.records.batch import parse_header
+from moldau.records.control import ControlType, EndTxnMarker, build_end_txn_marker
 
 log = logging.getLogger("moldau.broker.replication")
 
@@ -42,6 +44,16 @@ class ProduceResult:
 
 def _isr_text(isr: Sequence[int]) -> str:
     return "{" + ", ".join(str(replica) for replica in isr) + "}"
+
+
+def _check_min_isr(partition: Partition) -> None:
+    """Kafka refuses an acks=all append up front when the ISR is below min.insync.replicas."""
+    isr, needed = partition.isr, partition.log.config.min_insync_replicas
+    if len(isr) < needed:
+        raise KafkaError(ErrorCode.not_enough_replicas,
+                         f"The size of the current ISR {_isr_text(isr)} is insufficient to "
+                         f"satisfy the min.isr requirement of {needed} for partition "
+                         f"{partition.topic}-{partition.index}")
 
 
 class LeaderAppends:
@@ -113,28 +125,21 @@ class LeaderAppends:
     def _append_one(self, topic: str, index: int, records: bytes | None, acks: int,
                     produce_version: int, internal: bool = False,
                     inline: bool = False) -> ProduceResult:
-        try:
+        def write() -> ProduceResult:
             if topic in INTERNAL_TOPICS and not internal:
                 raise KafkaError(ErrorCode.invalid_topic_exception,
                                  f"Cannot append to internal topic {topic}")
             partition = self.leader(topic, index)
             partition_log = partition.log
             config = partition_log.config
-            isr = partition.isr
-            if acks == -1 and len(isr) < config.min_insync_replicas:
-                raise KafkaError(ErrorCode.not_enough_replicas,
-                                 f"The size of the current ISR {_isr_text(isr)} is "
-                                 f"insufficient to satisfy the min.isr requirement of "
-                                 f"{config.min_insync_replicas} for partition {topic}-{index}")
+            if acks == -1:
+                _check_min_isr(partition)
             if not records:
                 raise KafkaError(ErrorCode.corrupt_message, "Produce request with no records")
             now = int(time.time() * 1000)
             buf = bytearray(records)
             batches = validate_records(buf, config, now_ms=now,
                                        produce_version=produce_version)
-            if any(batch.is_transactional for batch in batches):
-                raise KafkaError(ErrorCode.invalid_txn_state,
-                                 "Transactional produce is not supported yet")
             info: AppendInfo = partition_log.append_as_leader(
                 buf, batches, leader_epoch=partition.leader_epoch,
                 log_append_time_ms=now if config.log_append_time else None,
@@ -145,6 +150,45 @@ class LeaderAppends:
                                  log_append_time=info.log_append_time_ms,
                                  log_start_offset=info.log_start_offset,
                                  last_offset=info.last_offset)
+
+        return self._guarded(topic, index, write)
+
+    def append_txn_marker(self, topic: str, index: int, producer_id: int, producer_epoch: int,
+                          coordinator_epoch: int, commit: bool) -> ProduceResult:
+        """Write a COMMIT/ABORT marker ending `producer_id`'s transaction on a led partition
+        (Kafka's appendRecords from the WriteTxnMarkers handler). The caller waits for the
+        high watermark to pass it, as for acks=all."""
+        def write() -> ProduceResult:
+            partition = self.leader(topic, index)
+            _check_min_isr(partition)  # markers are written with acks=all
+            plog = partition.log
+            now = int(time.time() * 1000)
+            buf = bytearray(build_end_txn_marker(producer_id, producer_epoch,
+                                                 coordinator_epoch, commit=commit,
+                                                 timestamp_ms=now))
+            info = plog.append_as_leader(
+                buf, [parse_header(buf)], leader_epoch=partition.leader_epoch,
+                log_append_time_ms=now if plog.config.log_append_time else None,
+                marker=EndTxnMarker(ControlType.COMMIT if commit else ControlType.ABORT,
+                                    coordinator_epoch))
+            if self.standalone:
+                plog.high_watermark = plog.log_end_offset
+            return ProduceResult(base_offset=info.first_offset, last_offset=info.last_offset,
+                                 log_start_offset=info.log_start_offset)
+
+        result = self._guarded(topic, index, write)
+        if result.error is ErrorCode.none:
+            partition = self.partitions.get((topic, index))
+            if partition is not None:
+                self._maybe_advance_high_watermark(partition)
+            self._wake((topic, index))
+        return result
+
+    @staticmethod
+    def _guarded(topic: str, index: int, write: Callable[[], ProduceResult]) -> ProduceResult:
+        """Run one partition's write, turning its failure into the result's error."""
+        try:
+            return write()
         except RecordValidationError as exc:
             log.info("Produce to %s-%d rejected: %s %s", topic, index, exc.code.name,
                      exc.message or "")
