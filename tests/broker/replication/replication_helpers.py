@@ -31,6 +31,7 @@ from moldau.broker.metadata.records import (
     RegisterBrokerRecord,
     TopicRecord,
 )
+from moldau.broker.metrics.stats import BrokerTopicStats
 from moldau.broker.network.channel import Request, RequestChannel
 from moldau.broker.network.connection import Connection
 from moldau.broker.network.server import SocketServer
@@ -186,6 +187,7 @@ class Node:
         self.leadership: list[tuple[str, int, bool, int]] = []
         self.replicas.add_leadership_listener(
             lambda *change: self.leadership.append(change))
+        self.topic_stats = BrokerTopicStats()  # the produce and fetch handlers count into it
         self.channel = RequestChannel(100)
         self.network = SocketServer(self.config, self.channel, self._decode, self._ready)
         self.handlers = RequestHandlerPool(self.channel, self._dispatch, 4)
