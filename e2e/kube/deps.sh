@@ -169,10 +169,16 @@ build_python_image() {
 build_images() {
   command -v podman >/dev/null || die "podman is not installed: run 'make kube-deps' (part apt)"
   need_root
-  is_done pause "$PAUSE_IMAGE" && [ -f "$KUBE_IMAGES/pause.tar" ] \
-    || { step "pause image $PAUSE_IMAGE" build_pause_image; mark_done pause "$PAUSE_IMAGE"; }
-  is_done python "$PYTHON_IMAGE" && [ -f "$KUBE_IMAGES/python.tar" ] \
-    || { step "base image $PYTHON_IMAGE (debootstrap)" build_python_image; mark_done python "$PYTHON_IMAGE"; }
+  if is_done pause "$PAUSE_IMAGE" && [ -f "$KUBE_IMAGES/pause.tar" ]; then
+    say "image $PAUSE_IMAGE is in the cache"
+  else
+    step "pause image $PAUSE_IMAGE" build_pause_image; mark_done pause "$PAUSE_IMAGE"
+  fi
+  if is_done python "$PYTHON_IMAGE" && [ -f "$KUBE_IMAGES/python.tar" ]; then
+    say "image $PYTHON_IMAGE is in the cache"
+  else
+    step "base image $PYTHON_IMAGE (debootstrap)" build_python_image; mark_done python "$PYTHON_IMAGE"
+  fi
 }
 
 # build PART VERSION BINARY... : build unless the stamp and binaries say it is there.
