@@ -13,6 +13,12 @@ need_root
 exec 8>"$KUBE_RUN.lock"
 flock -w 120 8 || die "another test bed is starting or stopping ($KUBE_RUN.lock)"
 
+# A process that exited stays a zombie until init reaps it, which takes seconds here.
+alive() {
+  local state
+  state=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1) && [ -n "$state" ] && [ "$state" != Z ]
+}
+
 # stop NAME: TERM the process up.sh started as NAME, KILL it if it lingers.
 stop() {
   local file="$KUBE_RUN/pids/$1" pid i
@@ -20,7 +26,7 @@ stop() {
   pid=$(cat "$file")
   if kill -TERM "$pid" 2>/dev/null; then
     for ((i = 0; i < STOP_TIMEOUT * 5; i++)); do
-      kill -0 "$pid" 2>/dev/null || break
+      alive "$pid" || break
       sleep 0.2
     done
     kill -KILL "$pid" 2>/dev/null
@@ -48,7 +54,7 @@ stop_shims() {
   local dir pid
   for dir in /proc/[0-9]*; do
     pid=${dir#/proc/}
-    tr '\0' ' ' < "$dir/cmdline" 2>/dev/null | grep -q -- "-address $KUBE_RUN/containerd/" \
+    tr '\0' ' ' 2>/dev/null < "$dir/cmdline" | grep -q -- "-address $KUBE_RUN/containerd/" \
       && kill -KILL "$pid" 2>/dev/null
   done
   return 0
