@@ -5,6 +5,7 @@ replaced when deleted."""
 
 from __future__ import annotations
 
+import errno
 import json
 import time
 import uuid
@@ -115,6 +116,17 @@ def assert_reach_each_other(kube: Cluster, namespace: str, pods: list[str]) -> N
         assert answers == urls, f"{source} fetched {answers}, expected {urls}"
 
 
+# Connect from inside a pod to an address outside the machine (TEST-NET-1, RFC 5737).
+CONNECT_OUT = """
+import socket
+try:
+    socket.create_connection(("192.0.2.1", 80), timeout=5)
+    print("connected")
+except OSError as exc:
+    print(type(exc).__name__, exc.errno)
+"""
+
+
 def test_statefulset_with_headless_service_and_volumes(kube: Cluster) -> None:
     with kube.namespace(f"testbed-{uuid.uuid4().hex[:8]}") as ns:
         started = time.monotonic()
@@ -126,6 +138,10 @@ def test_statefulset_with_headless_service_and_volumes(kube: Cluster) -> None:
         assert names == [f"web-{i}" for i in range(REPLICAS)]
 
         assert_reach_each_other(kube, ns, names)
+        if kube.owned:
+            # The test bed's pods have no route out of the machine.
+            out = kube.kubectl("-n", ns, "exec", "web-0", "--", "python3", "-c", CONNECT_OUT)
+            assert out.split() == ["OSError", str(errno.ENETUNREACH)], out
 
         token = uuid.uuid4().hex
         kube.kubectl("-n", ns, "exec", "web-0", "--", "python3", "-c",
