@@ -40,7 +40,7 @@ kafka-deps:
 
 ## The Kubernetes test bed (e2e/kube/, docs/kubernetes.md): Debian packages, then Kubernetes,
 ## etcd, CNI plugins, crictl, CoreDNS, helm and two images built into a cache outside the
-## repository (~/.cache/moldau/kube-<version>; cold: ~40 min and ~10 GB of Go caches).
+## repository (~/.cache/moldau/kube-<version>; cold: ~36 CPU-minutes, ~9 GB of disk).
 kube-deps:
 	bash e2e/kube/deps.sh
 
