@@ -40,3 +40,12 @@ def test_up_names_the_missing_binary(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert done.stderr.strip() == (f"kube-up: {cache}/bin/etcd is missing: "
                                    "run 'make kube-deps'")
+
+
+def test_deps_names_an_unknown_part(tmp_path: Path) -> None:
+    done = subprocess.run(["bash", str(HERE / "deps.sh"), "kubelets"],
+                          env=env_without_cluster(tmp_path / "cache"),
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert done.stderr.strip() == ("kube-deps: unknown part 'kubelets' (parts: apt kubernetes "
+                                   "etcd cni crictl coredns helm images)")
