@@ -110,8 +110,9 @@ GO
   (cd "$dir" && "${GO_BUILD[@]}" build -trimpath -ldflags "$LDFLAGS_STRIP" -o "$KUBE_BIN/etcd" .)
 }
 
+# go_install PACKAGE@VERSION [LDFLAGS]: into the cache's bin/.
 go_install() {
-  GOBIN="$KUBE_BIN" "${GO_BUILD[@]}" install -trimpath -ldflags "$LDFLAGS_STRIP" "$@"
+  GOBIN="$KUBE_BIN" "${GO_BUILD[@]}" install -trimpath -ldflags "$LDFLAGS_STRIP ${2:-}" "$1"
 }
 
 build_cni() {
@@ -122,9 +123,16 @@ build_cni() {
   GOBIN="$KUBE_BIN/cni" "${GO_BUILD[@]}" install -trimpath -ldflags "$LDFLAGS_STRIP" "${packages[@]}"
 }
 
-build_crictl() { go_install "sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION"; }
+# Version stamps as the projects' own Makefiles set them (else `crictl --version` says unknown).
+build_crictl() {
+  go_install "sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION" \
+    "-X sigs.k8s.io/cri-tools/pkg/version.Version=${CRICTL_VERSION#v}"
+}
 build_coredns() { go_install "github.com/coredns/coredns@$COREDNS_VERSION"; }
-build_helm() { go_install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"; }
+build_helm() {
+  go_install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" \
+    "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+}
 
 # Podman with its own storage, runc and limits this VM accepts (see docs/kubernetes.md).
 podman_() {
