@@ -136,6 +136,8 @@ def test_statefulset_with_headless_service_and_volumes(kube: Cluster) -> None:
         print(f"\nStatefulSet of {REPLICAS}: Ready {time.monotonic() - started:.1f} s after apply")
         names = sorted(first)
         assert names == [f"web-{i}" for i in range(REPLICAS)]
+        # The readiness probes reached the server: its access log shows them.
+        assert "GET /hostname" in kube.kubectl("-n", ns, "logs", "web-1")
 
         assert_reach_each_other(kube, ns, names)
         if kube.owned:
