@@ -51,11 +51,11 @@ remove_containers() {
 
 # containerd's shims belong to this test bed when they name its socket.
 stop_shims() {
-  local dir pid
+  local dir command
   for dir in /proc/[0-9]*; do
-    pid=${dir#/proc/}
-    tr '\0' ' ' 2>/dev/null < "$dir/cmdline" | grep -q -- "-address $KUBE_RUN/containerd/" \
-      && kill -KILL "$pid" 2>/dev/null
+    # Not `tr | grep -q`: with pipefail, grep's early exit fails the pipe and the kill is skipped.
+    command=$(tr '\0' ' ' 2>/dev/null < "$dir/cmdline")
+    [[ $command == *"-address $KUBE_RUN/containerd/"* ]] && kill -KILL "${dir#/proc/}" 2>/dev/null
   done
   return 0
 }
