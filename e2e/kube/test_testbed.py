@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import errno
 import json
+import os
+import signal
+import subprocess
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
-from e2e.kube.testbed import Cluster, poll
+from e2e.kube.testbed import UP_TIMEOUT, Cluster, cache_dir, poll, run_dir, run_script
 
 # The first test also waits for the test bed to come up.
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(900)]
@@ -160,3 +164,49 @@ def test_statefulset_with_headless_service_and_volumes(kube: Cluster) -> None:
         assert kept == token, f"web-0's volume lost the file written before deletion: {kept!r}"
         # The new web-0 has a new address: its name must lead there from the others.
         assert_reach_each_other(kube, ns, names)
+
+
+def container_pid(name: str) -> int:
+    """The host pid of the test bed's running container NAME, asked of containerd."""
+    crictl = [str(cache_dir() / "bin" / "crictl"), "--runtime-endpoint",
+              f"unix://{run_dir() / 'containerd' / 'containerd.sock'}"]
+    ids = subprocess.run([*crictl, "ps", "-q", "--name", name], capture_output=True,
+                         text=True, timeout=60, check=True).stdout.split()
+    assert len(ids) == 1, f"containers named {name}: {ids}"
+    info = subprocess.run([*crictl, "inspect", ids[0]], capture_output=True, text=True,
+                          timeout=60, check=True).stdout
+    return json.loads(info)["info"]["pid"]
+
+
+def running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_up_again_after_a_crash_leaves_nothing_behind(kube: Cluster, tmp_path: Path) -> None:
+    """Kubelet, containerd and the apiserver die with a pod running; up.sh then takes the
+    remains down (containers included) and brings a working node up again."""
+    if not kube.owned:
+        pytest.skip("KUBECONFIG names a cluster of its own, not this machine's test bed")
+    kube.apply(json.dumps({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "survivor"},
+        "spec": {"containers": [{"name": "survivor", "image": kube.python_image,
+                                 "imagePullPolicy": "IfNotPresent",
+                                 "command": ["python3", "-c", "import time; time.sleep(3600)"]}]}}),
+        namespace="default")
+    poll(lambda: kube.get_json("-n", "default", "pod", "survivor")["status"].get("phase")
+         == "Running", READY_TIMEOUT, "pod survivor Running")
+    pid = container_pid("survivor")
+    for component in ("kubelet", "containerd", "kube-apiserver"):
+        os.kill(int((run_dir() / "pids" / component).read_text()), signal.SIGKILL)
+
+    run_script("up.sh", tmp_path / "up.log", UP_TIMEOUT)
+
+    poll(lambda: not running(pid), 30, f"the crashed test bed's container (pid {pid}) to stop")
+    nodes = kube.get_json("nodes")["items"]
+    assert [n["metadata"]["name"] for n in nodes] == ["moldau-node"]
+    pods = kube.get_json("-n", "default", "pods")["items"]
+    assert pods == [], "the new test bed kept the old one's pods"

@@ -132,7 +132,7 @@ def poll(check: Callable[[], object], timeout: float, what: str,
         time.sleep(interval)
 
 
-def _script(name: str, log: Path, timeout: float) -> None:
+def run_script(name: str, log: Path, timeout: float) -> None:
     with log.open("a") as out:
         try:
             done = subprocess.run(["bash", str(HERE / name)], stdout=out,
@@ -171,7 +171,20 @@ def host_state() -> dict[str, object]:
             "links": sorted(line.split()[1].rstrip(":") for line in _output(
                 "ip", "-o", "link", "show").splitlines()),
             "kubepods cgroups": sorted(str(p) for p in Path("/sys/fs/cgroup").glob("*/kubepods")),
+            "processes of the test bed": _processes_naming(run_dir()),
             "run directory": run_dir().exists()}
+
+
+def _processes_naming(path: Path) -> list[str]:
+    """Command lines of the processes that name something under path (containerd's shims
+    name its socket)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            command = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if f"{path}/" in command:
+                found.append(command.strip())
+    return sorted(found)
 
 
 def changes(before: dict[str, object], after: dict[str, object]) -> str:
@@ -188,12 +201,12 @@ def local_testbed(log: Path) -> Iterator[Cluster]:
         raise TestbedUnavailable(f"Kubernetes test bed: missing {missing}")
     before = host_state()
     try:
-        _script("up.sh", log, UP_TIMEOUT)
+        run_script("up.sh", log, UP_TIMEOUT)
         yield Cluster(kubeconfig=run_dir() / "kubeconfig",
                       kubectl_path=str(cache_dir() / "bin" / "kubectl"),
                       python_image=VERSIONS["PYTHON_IMAGE"], owned=True)
     finally:
-        _script("down.sh", log, DOWN_TIMEOUT)
+        run_script("down.sh", log, DOWN_TIMEOUT)
     left = changes(before, host_state())
     assert not left, f"down.sh left the host changed: {left}"
 
