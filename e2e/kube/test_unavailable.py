@@ -23,7 +23,7 @@ def test_kube_tests_fail_naming_the_missing_part(tmp_path: Path) -> None:
     cache = tmp_path / "no-cache"
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-m", "kube", "-p", "no:cacheprovider",
-         "e2e/kube/test_testbed.py"],
+         "e2e/kube/test_testbed.py::test_statefulset_with_headless_service_and_volumes"],
         cwd=REPO, env=env_without_cluster(cache), capture_output=True, text=True, timeout=120)
     assert done.returncode == 1, done.stdout + done.stderr
     expected = (f"Kubernetes test bed: missing {cache}/bin/etcd "
