@@ -12,6 +12,8 @@ KUBE_SCRIPT=kube-up
 . "$KUBE_HERE/pki.sh"
 
 NODE_NAME=moldau-node
+KUBE_BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl
+  coredns crictl)
 ETCD_URL=http://127.0.0.1:23790
 CONTAINERD_SOCK="$KUBE_RUN/containerd/containerd.sock"
 START_TIMEOUT=${MOLDAU_KUBE_START_TIMEOUT:-180}
@@ -339,8 +341,6 @@ dns_answers() {
 }
 
 main() {
-  need_root
-  KUBE_BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl coredns crictl)
   check_prerequisites
   [ -e "$KUBE_RUN" ] && step "take down the previous test bed" bash "$KUBE_HERE/down.sh"
   mkdir -p "$KUBE_RUN"
