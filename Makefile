@@ -8,7 +8,7 @@ UV_VERSION := 0.13.8
 UV := UV_SYSTEM_CERTS=1 $(BIN)/uv
 COMPONENTS := client broker
 
-.PHONY: install lock tools kafka-deps run test lint fmt docs clean
+.PHONY: install lock tools kafka-deps run test lint fmt docs clean kube-deps kube-up kube-down test-kube
 
 install: $(STAMP)
 
@@ -37,6 +37,24 @@ tools:
 ## cached outside the repository (MOLDAU_KAFKA_HOME overrides where: java/fetch-kafka.sh).
 kafka-deps:
 	bash java/fetch-kafka.sh
+
+## The Kubernetes test bed (e2e/kube/, docs/kubernetes.md): Debian packages, then Kubernetes,
+## etcd, CNI plugins, crictl, CoreDNS, helm and two images built into a cache outside the
+## repository (~/.cache/moldau/kube-<version>; cold: ~36 CPU-minutes, ~9 GB of disk).
+kube-deps:
+	bash e2e/kube/deps.sh
+
+## Start the single-node test bed (state under /tmp/moldau-kube); writes its kubeconfig there.
+kube-up:
+	bash e2e/kube/up.sh
+
+## Stop it and restore the machine (iptables, sysctls, addresses, mounts).
+kube-down:
+	bash e2e/kube/down.sh
+
+## The tests marked `kube`: against $$KUBECONFIG's cluster if set, else the local test bed.
+test-kube: install kube-deps
+	$(BIN)/pytest -m kube e2e/kube
 
 ## Start one broker on localhost:9092, data under ./data/broker (see README.md).
 run: install

@@ -25,6 +25,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from e2e.support import moldau_cache_dir
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 JAVA_DIR = REPO_ROOT / "java"
 FETCH_SCRIPT = JAVA_DIR / "fetch-kafka.sh"
@@ -74,11 +76,7 @@ def kafka_version() -> str:
 
 def kafka_home() -> Path:
     """The artifact cache (the same rule as java/fetch-kafka.sh)."""
-    explicit = os.environ.get("MOLDAU_KAFKA_HOME")
-    if explicit:
-        return Path(explicit)
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return cache / "moldau" / f"kafka-{kafka_version()}"
+    return moldau_cache_dir(f"kafka-{kafka_version()}", "MOLDAU_KAFKA_HOME")
 
 
 @functools.cache

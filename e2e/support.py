@@ -39,6 +39,16 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def moldau_cache_dir(name: str, override_env: str) -> Path:
+    """$override_env, else <XDG_CACHE_HOME or ~/.cache>/moldau/<name>: where the set-up
+    scripts (java/fetch-kafka.sh, e2e/kube/deps.sh) keep what they fetch and build."""
+    explicit = os.environ.get(override_env)
+    if explicit:
+        return Path(explicit)
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "moldau" / name
+
+
 def free_port() -> int:
     """A loopback port nothing listens on right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

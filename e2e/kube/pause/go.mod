@@ -1,0 +1,3 @@
+module moldau.local/pause
+
+go 1.24
