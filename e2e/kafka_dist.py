@@ -62,6 +62,7 @@ TOOLS = {
     "kafka-reassign-partitions": "org.apache.kafka.tools.reassign.ReassignPartitionsCommand",
     "kafka-leader-election": "org.apache.kafka.tools.LeaderElectionCommand",
     "kafka-metadata-quorum": "org.apache.kafka.tools.MetadataQuorumCommand",
+    "kafka-producer-perf-test": "org.apache.kafka.tools.ProducerPerformance",
 }
 DRIVER_MAIN = "io.moldau.oracle.ClientDriver"
 

@@ -80,3 +80,24 @@ def entry(producer_id: int, first: int, last: int, stable: int) -> bytes:
     """One aborted transaction in Kafka's .txnindex layout (version 0)."""
     return struct.pack(">hqqqq", 0, producer_id, first, last, stable)
 
+
+
+def test_transactional_java_producer_until_the_coordinator_exists(target):
+    """Kafka's ProducerPerformance with a transactional id: Apache Kafka runs it; Moldau, which
+    has no transaction coordinator yet, refuses InitProducerId at once with an error the Java
+    producer treats as fatal, instead of letting initTransactions() time out."""
+    topic = unique("java-txn-producer")
+    kp_create_topic(target.bootstrap, topic)
+    result = kafka_tool("kafka-producer-perf-test", "--topic", topic, "--num-records", "20",
+                        "--record-size", "10", "--throughput", "-1", "--transactional-id",
+                        unique("perf-txn"), "--transaction-duration-ms", "100",
+                        "--producer-props", f"bootstrap.servers={target.bootstrap}",
+                        "max.block.ms=15000", check=False)
+    if target.kind == "kafka":
+        assert result.returncode == 0, result.describe()
+        assert "20 records sent" in result.stdout, result.describe()
+        return
+    assert result.returncode != 0, result.describe()
+    assert "TransactionalIdAuthorizationException" in result.stdout + result.stderr, \
+        result.describe()
+    assert result.elapsed < 12, result.describe()  # the JVM's start-up, not max.block.ms
