@@ -205,11 +205,13 @@ def cluster_overview() -> dict:
               unit="cps"),
         Panel("How long do requests take (p99)?", [
             Query(f"max by (request) (kafka_network_requestmetrics_totaltimems{{{broker},"
-                  'quantile="0.99",request=~"Produce|FetchConsumer|Metadata|OffsetCommit"})',
+                  'quantile="0.99",request=~"Produce|Fetch|Metadata|OffsetCommit"})',
                   "{{request}}")], unit="ms",
               thresholds=[("green", None), ("orange", 500), ("red", 1000)],
               description="Fetch requests include the time they wait for data "
-                          "(fetch.max.wait.ms)."),
+                          "(fetch.max.wait.ms), and followers' fetches: Moldau labels every "
+                          "fetch request Fetch, without Kafka's FetchConsumer/FetchFollower "
+                          "split."),
         Panel("Is each broker's event loop keeping up?", [
             Query(f"max by (instance) (moldau_event_loop_lag_seconds{{{broker}}})",
                   "{{instance}}")], unit="s",
@@ -217,7 +219,7 @@ def cluster_overview() -> dict:
               description="How late the broker's asyncio loop runs a callback scheduled "
                           "to run now."),
         Panel("How many requests wait to be handled?", [
-            Query(f"sum by (instance) (moldau_request_queue_depth{{{broker}}})",
+            Query(f"sum by (instance) (moldau_request_queue_size{{{broker}}})",
                   "{{instance}}")], thresholds=[("green", None), ("orange", 100), ("red", 500)]),
         Panel("How many client connections does each broker hold?", [
             Query("sum by (instance, listener) (kafka_server_socket_server_metrics_"
