@@ -31,7 +31,7 @@ LABEL_VALUES = re.compile(r"label_values\((.*),\s*(\w+)\)")
 # subquery durations, and the binary operators' keywords.
 LABEL_LIST = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")
 DURATION = re.compile(r"\[[^\]]*\]")
-KEYWORDS = {"and", "or", "unless", "bool", "offset", "inf", "nan"}
+KEYWORDS = {"and", "or", "unless", "bool", "offset", "group_left", "group_right", "inf", "nan"}
 # A metric name (not a function's: no "(" follows) with its optional {matchers}.
 SELECTOR = re.compile(r"(?<![\w:.])([a-zA-Z_:][\w:]*)(?![\w:])\s*(\{[^}]*\})?(?!\s*\()")
 

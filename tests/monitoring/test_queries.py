@@ -12,6 +12,12 @@ def test_selectors_skip_functions_groupings_ranges_and_keywords():
     assert vector_selectors(expr) == ['kafka_x_total{topic!=""}', "up", "moldau:lag:sum"]
 
 
+def test_selectors_skip_one_to_many_modifiers_with_or_without_labels():
+    expr = ("a - on (topic) group_right b * on (topic) group_left (owner) c "
+            "+ ignoring (x) group_left d")
+    assert vector_selectors(expr) == ["a", "b", "c", "d"]
+
+
 def test_selectors_keep_matchers_with_regex_and_braces_of_both_sides():
     expr = ('node_a{mountpoint=~"/var/lib/moldau.*",fstype!~"tmpfs|overlay"} '
             "/ node_b{mountpoint=~\"/x\"} * 100 < 15")
