@@ -171,6 +171,14 @@ def missing_alternatives(prom, expr: str) -> list[str]:
     return missing
 
 
+def lagging_partitions(prom, topic: str) -> set[str]:
+    """The partitions of `topic` in the consumer-lag dashboard's per-partition table."""
+    (table,) = [q for q in iter_panel_queries() if q.dashboard == "moldau-consumer-lag.json"
+                and "partition" in legend_labels(q.legend)]
+    return {series["metric"]["partition"] for series in prom.query(substitute(table.expr))
+            if series["metric"]["topic"] == topic}
+
+
 def rule_selectors() -> dict[str, list[str]]:
     return {name: vector_selectors(expr) for name, expr in rule_expressions().items()}
 
@@ -203,6 +211,12 @@ def test_dashboards_and_alerts_against_a_live_cluster(cluster: LocalCluster,
             wait_until(dashboards_answer, SERIES_TIMEOUT, "every dashboard query answering",
                        interval=2.0)
         assert problems == {}
+        # Lag shows for every partition the group commits, whichever broker leads it.
+        every_partition = {str(index) for index in range(PARTITIONS)}
+        with contextlib.suppress(AssertionError):
+            wait_until(lambda: lagging_partitions(prom, topic) == every_partition,
+                       SERIES_TIMEOUT, "lag of every partition", interval=2.0)
+        assert lagging_partitions(prom, topic) == every_partition
 
         # Every selector of every rule matches series, except node_exporter's filesystem
         # series: the test bed runs no node_exporter, so the disk alert's are the only ones

@@ -277,6 +277,19 @@ def topics() -> dict:
                      "Traffic, size and replication of each topic.", variables, panels)
 
 
+def partition_lag(groups: str, partitions: str) -> str:
+    """Each group's lag per partition: the partition's end offset (exported by its leader)
+    minus the group's committed offset (exported by its coordinator). Moldau's
+    kafka_consumergroup_lag covers only the partitions the coordinator also leads, so the
+    dashboards join the two series, which cover every partition, instead."""
+    keys = "namespace, moldau_io_cluster, topic, partition"
+    return (f"max by (consumergroup, topic, partition) (clamp_min("
+            f"max by ({keys}) (kafka_topic_partition_current_offset{{{partitions}}}) "
+            f"- on ({keys}) group_right "
+            f"max by ({keys}, consumergroup) (kafka_consumergroup_current_offset{{{groups}}}), "
+            "0))")
+
+
 def consumer_lag() -> dict:
     chosen = f'{SCOPE},consumergroup=~"$consumergroup",topic=~"$topic"'
     variables = scope_variables("kafka_consumergroup_current_offset") + [
@@ -285,7 +298,7 @@ def consumer_lag() -> dict:
         Variable("topic", "Topic",
                  f'kafka_consumergroup_current_offset{{{SCOPE},consumergroup=~"$consumergroup"}}',
                  "topic")]
-    lag = f"max by (consumergroup, topic, partition) (kafka_consumergroup_lag{{{chosen}}})"
+    lag = partition_lag(chosen, f'{SCOPE},topic=~"$topic"')
     committed_rate = ("max by (consumergroup, topic, partition) "
                       f"(rate(kafka_consumergroup_current_offset{{{chosen}}}{RATE}))")
     lag_thresholds = [("green", None), ("orange", 1000), ("red", 10000)]
