@@ -79,6 +79,10 @@ def test_produce_counters_log_size_and_requests(broker: Broker) -> None:
     assert value(after, "kafka_network_requestmetrics_totaltimems",
                  request="Produce", quantile="0.99") > 0
     assert value(after, "kafka_server_raftmetrics_current_state", current_state="leader") == 1
+    # Moldau's own latencies are in seconds, Prometheus' base unit.
+    commits = value(after, "moldau_raft_commit_latency_seconds_count")
+    assert commits >= 1
+    assert 0 < value(after, "moldau_raft_commit_latency_seconds_sum") / commits < 60
     assert 0 < value(after, "kafka_server_kafkarequesthandlerpool_requesthandleravgidle_percent"
                      ) <= 1
 

@@ -1,19 +1,8 @@
 """A real Prometheus process loading Moldau's rules file, scraping itself and a target where
 nothing listens, evaluating rules and answering through its HTTP API.
 
-The live monitoring test, to be written once brokers serve `GET /metrics` on `http.listener`
-(default http://localhost:9404):
-
-    test_dashboards_and_alerts_against_a_live_cluster(cluster, prometheus_factory)
-        Start the three-node `cluster` with `http.listener` on a free port per node, produce
-        to a topic with replication factor 3 and consume it in a group that commits, and keep
-        the load going. `prom = prometheus_factory([<host:port of each node's /metrics>],
-        [RULES_FILE])`. For every `q` of `monitoring.queries.iter_panel_queries()`,
-        `prom.query(substitute(q.expr))` must return at least one series (poll: rates need
-        two scrapes), and every label of `legend_labels(q.legend)` must be in each series'
-        `metric`. Then kill one broker: `MoldauUnderReplicatedPartitions` must reach state
-        "firing" in `prom.alerts()` (its `for` is 1 m) and `MoldauBrokerDown` too; restart
-        the broker and both must leave `prom.alerts()` once the followers catch up.
+The live test, against brokers serving `GET /metrics` under load, is
+e2e/test_monitoring_live.py.
 """
 
 from __future__ import annotations

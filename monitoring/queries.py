@@ -26,6 +26,14 @@ LEGEND_LABEL = re.compile(r"\{\{\s*(\w+)\s*\}\}")
 # `agg by (labels) (` at the start of a query, optionally inside `topk(n, ...)`.
 GROUPING = re.compile(r"^\s*(?:(?:topk|bottomk)\(\s*\d+\s*,\s*)?"
                       r"(?:sum|max|min|avg|count|group)\s+by\s*\(([^)]*)\)")
+LABEL_VALUES = re.compile(r"label_values\((.*),\s*(\w+)\)")
+# What is not a vector selector: label lists of grouping and matching clauses, range and
+# subquery durations, and the binary operators' keywords.
+LABEL_LIST = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")
+DURATION = re.compile(r"\[[^\]]*\]")
+KEYWORDS = {"and", "or", "unless", "bool", "offset", "group_left", "group_right", "inf", "nan"}
+# A metric name (not a function's: no "(" follows) with its optional {matchers}.
+SELECTOR = re.compile(r"(?<![\w:.])([a-zA-Z_:][\w:]*)(?![\w:])\s*(\{[^}]*\})?(?!\s*\()")
 
 
 @dataclass(frozen=True)
@@ -61,14 +69,21 @@ def iter_panel_queries(dashboards: dict[str, dict] | None = None) -> Iterator[Pa
                                  target.get("expr", ""), target.get("legendFormat", ""))
 
 
-def variable_queries(dashboard: dict) -> dict[str, str]:
-    """Each query variable's PromQL selector (the first argument of its label_values)."""
-    found = {}
+def variable_label_values(dashboard: dict) -> dict[str, tuple[str, str | None]]:
+    """Each query variable's (PromQL selector, label) of its label_values(selector, label);
+    a variable whose query is plain PromQL has no label."""
+    found: dict[str, tuple[str, str | None]] = {}
     for var in dashboard["templating"]["list"]:
         if var["type"] == "query":
-            match = re.fullmatch(r"label_values\((.*),\s*(\w+)\)", var["query"]["query"])
-            found[var["name"]] = match.group(1) if match else var["query"]["query"]
+            query = var["query"]["query"]
+            match = LABEL_VALUES.fullmatch(query)
+            found[var["name"]] = (match.group(1), match.group(2)) if match else (query, None)
     return found
+
+
+def variable_queries(dashboard: dict) -> dict[str, str]:
+    """Each query variable's PromQL selector (the first argument of its label_values)."""
+    return {name: selector for name, (selector, _) in variable_label_values(dashboard).items()}
 
 
 def rule_expressions(path: Path = RULES_FILE) -> dict[str, str]:
@@ -100,3 +115,11 @@ def kept_labels(expr: str) -> set[str] | None:
     if match is None:
         return None
     return {label.strip() for label in match.group(1).split(",") if label.strip()}
+
+
+def vector_selectors(expr: str) -> list[str]:
+    """The vector selectors (`name{matchers}`) of an expression, in order, without their
+    ranges; enough for the expressions Moldau ships (no strings outside matchers)."""
+    plain = DURATION.sub("", LABEL_LIST.sub("", expr))
+    return [name + (matchers or "") for name, matchers in SELECTOR.findall(plain)
+            if name not in KEYWORDS]

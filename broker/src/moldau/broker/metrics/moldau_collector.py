@@ -42,6 +42,7 @@ class MoldauCollector:
                                             for state, count in sorted(states.items())))
         latency = broker.quorum.commit_latency if hasattr(broker, "quorum") else None
         if latency is not None:
-            yield summary("moldau_raft_commit_latency_milliseconds", "Milliseconds from "
-                          "proposing metadata records to their commit, on the leader",
-                          [({}, latency.count, latency.total_ms, {})])
+            # Prometheus' base unit is the second; Kafka's own names keep their ms.
+            yield summary("moldau_raft_commit_latency_seconds", "Seconds from proposing "
+                          "metadata records to their commit, on the leader",
+                          [({}, latency.count, latency.total_ms / 1000, {})])
