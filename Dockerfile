@@ -1,17 +1,33 @@
-# The Moldau broker image. Build: docker build -t moldau .
-FROM python:3.11-slim
+# Moldau's images, one target each. Build with e2e/images/build.sh (make images), which puts
+# the wheels of Moldau and of its dependencies into wheels/ first: nothing is fetched here.
+#   podman build --format docker --target broker -t moldau-broker .
+ARG BASE_IMAGE=python:3.11-slim
 
-WORKDIR /opt/moldau
-COPY client ./client
-COPY broker ./broker
-RUN pip install --no-cache-dir ./client ./broker && useradd --system --uid 1001 moldau \
+# Everything the images share: a virtual environment of Moldau's client and the runtime user.
+FROM ${BASE_IMAGE} AS runtime
+ARG VERSION=0.1.0
+LABEL org.opencontainers.image.title="Moldau" \
+      org.opencontainers.image.description="A Kafka-compatible streaming platform" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.source="https://github.com/moldau/moldau"
+# A venv without pip: Debian's python3 refuses system-wide installs (PEP 668) and its
+# base image has no ensurepip; pip runs from its own wheel, which stays out of the image.
+RUN python3 -m venv --without-pip /opt/moldau \
+    && useradd --uid 1001 --home-dir /var/lib/moldau --shell /usr/sbin/nologin moldau \
     && mkdir -p /var/lib/moldau && chown moldau /var/lib/moldau
+ENV PATH=/opt/moldau/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 
-USER moldau
-# 9404: /metrics, /livez and /readyz (http.listener), where Strimzi's scrape configs look.
+# The broker: `moldau broker --container` as PID 1 (it stops cleanly on SIGTERM).
+FROM runtime AS broker
+RUN --mount=type=bind,source=wheels,target=/wheels \
+    /opt/moldau/bin/python /wheels/pip/pip.whl/pip install --no-cache-dir --no-compile \
+        --no-index --find-links /wheels moldau-broker
+USER 1001
+WORKDIR /var/lib/moldau
+# 9092: Kafka clients; 9404: /metrics, /livez and /readyz (where Strimzi's scrape configs look).
 EXPOSE 9092 9404
 VOLUME ["/var/lib/moldau"]
-# Listen on every interface; set advertised.listeners to the address clients reach.
-ENTRYPOINT ["moldau", "broker", "--override", "listeners=PLAINTEXT://0.0.0.0:9092", \
-            "--override", "log.dirs=/var/lib/moldau", \
-            "--override", "http.listener=http://0.0.0.0:9404"]
+HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \
+    CMD ["python3", "-c", "import urllib.request as u; u.urlopen('http://127.0.0.1:9404/livez', timeout=2)"]
+ENTRYPOINT ["moldau", "broker", "--container"]

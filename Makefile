@@ -8,7 +8,7 @@ UV_VERSION := 0.13.8
 UV := UV_SYSTEM_CERTS=1 $(BIN)/uv
 COMPONENTS := client broker
 
-.PHONY: install lock tools kafka-deps run test lint fmt docs clean kube-deps kube-up kube-down test-kube
+.PHONY: install lock tools kafka-deps run test lint fmt docs clean kube-deps kube-up kube-down test-kube images
 
 install: $(STAMP)
 
@@ -52,9 +52,14 @@ kube-up:
 kube-down:
 	bash e2e/kube/down.sh
 
-## The tests marked `kube`: against $$KUBECONFIG's cluster if set, else the local test bed.
+## The tests marked `kube`: against $$KUBECONFIG's cluster if set, else the local test bed,
+## and the image tests (podman).
 test-kube: install kube-deps
-	$(BIN)/pytest -m kube e2e/kube
+	$(BIN)/pytest -m kube e2e/kube e2e/images
+
+## The broker image localhost/moldau-broker:<version>, into the test bed's podman storage.
+images: install
+	bash e2e/images/build.sh
 
 ## Start one broker on localhost:9092, data under ./data/broker (see README.md).
 run: install

@@ -134,13 +134,6 @@ build_helm() {
     "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
 }
 
-# Podman with its own storage, runc and limits this VM accepts (see docs/kubernetes.md).
-podman_() {
-  CONTAINERS_CONF="$KUBE_HERE/containers.conf" podman \
-    --root "$KUBE_CACHE/podman/root" --runroot "$KUBE_CACHE/podman/run" \
-    --runtime runc --cgroup-manager cgroupfs --events-backend file "$@"
-}
-
 build_pause_image() {
   local ctx="$KUBE_CACHE/src/pause"
   rm -rf "$ctx"; mkdir -p "$ctx"

@@ -21,6 +21,14 @@ DNS_SERVICE_IP=10.96.0.10
 BRIDGE=moldau0
 APISERVER_PORT=6443
 
+# Podman with its own storage, runc and limits this VM accepts (see docs/kubernetes.md);
+# the test bed and the image build (e2e/images/) share it.
+podman_() {
+  CONTAINERS_CONF="$KUBE_HERE/containers.conf" podman \
+    --root "$KUBE_CACHE/podman/root" --runroot "$KUBE_CACHE/podman/run" \
+    --runtime runc --cgroup-manager cgroupfs --events-backend file "$@"
+}
+
 TIMEFORMAT="%R s wall, %U s user + %S s sys"
 
 say() { echo "${KUBE_SCRIPT:-kube}: $*"; }

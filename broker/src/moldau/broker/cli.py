@@ -9,7 +9,16 @@ from typing import Any
 def _broker(args: argparse.Namespace) -> int:
     from moldau.broker.main import run
 
-    return run(args.config, args.override, args.log_level)
+    overrides = args.override
+    if args.container:
+        import os
+
+        from moldau.broker.container import container_settings
+
+        # Before the command line's, so an --override still wins.
+        settings = container_settings(os.environ)
+        overrides = [f"{key}={value}" for key, value in settings.items()] + overrides
+    return run(args.config, overrides, args.log_level)
 
 
 def add_commands(commands: Any) -> None:
@@ -24,6 +33,11 @@ def add_commands(commands: Any) -> None:
                         help="a server.properties file (Kafka's format)")
     broker.add_argument("--override", metavar="KEY=VALUE", action="append", default=[],
                         help="set one property; repeat as needed; wins over --config")
+    broker.add_argument("--container", action="store_true",
+                        help="run as in a container image: listen on every interface, "
+                             "advertise this host's DNS name, node.id from a StatefulSet "
+                             "ordinal, data under /var/lib/moldau, and KAFKA_* environment "
+                             "variables as properties (Kafka's image convention)")
     broker.add_argument("--log-level", default="INFO",
                         choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="log verbosity")
     broker.set_defaults(run=_broker)

@@ -1,0 +1,67 @@
+"""Settings of a broker in a container: Kafka's image convention for environment variables,
+and defaults that make the broker reachable from outside its container or pod.
+
+`KAFKA_<NAME>` sets a property the way Apache Kafka's own image reads it: in NAME, `___` is
+`-`, `__` is `_` and `_` is `.`, lower-cased (KAFKA_ADVERTISED_LISTENERS is
+advertised.listeners, KAFKA_ABC__DEF is abc_def, KAFKA_ABC___DEF is abc-def).
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+from collections.abc import Mapping
+
+ENV_PREFIX = "KAFKA_"
+# Variables Kafka's start scripts read for the JVM, never properties: a manifest written for
+# Kafka's image may carry them.
+SCRIPT_VARIABLES = frozenset({
+    "KAFKA_HEAP_OPTS", "KAFKA_OPTS", "KAFKA_JVM_PERFORMANCE_OPTS", "KAFKA_LOG4J_OPTS",
+    "KAFKA_JMX_OPTS", "KAFKA_GC_LOG_OPTS", "KAFKA_DEBUG", "KAFKA_LOG_DIR",
+})
+CLIENT_PORT = 9092
+DATA_DIR = "/var/lib/moldau"
+# A StatefulSet names its pods <set>-<ordinal>.
+_ORDINAL = re.compile(r"-(\d+)$")
+
+
+def property_name(variable: str) -> str:
+    """KAFKA_ADVERTISED_LISTENERS -> advertised.listeners (Kafka's image convention)."""
+    name = variable[len(ENV_PREFIX):].lower()
+    # Placeholders keep the longer runs apart from the single underscores.
+    name = name.replace("___", "\0").replace("__", "\1").replace("_", ".")
+    return name.replace("\0", "-").replace("\1", "_")
+
+
+def properties_from_env(environ: Mapping[str, str]) -> dict[str, str]:
+    return {property_name(key): value for key, value in environ.items()
+            if key.startswith(ENV_PREFIX) and key not in SCRIPT_VARIABLES
+            and len(key) > len(ENV_PREFIX)}
+
+
+def ordinal(hostname: str) -> int | None:
+    """The StatefulSet ordinal in a pod's hostname (`moldau-2` -> 2), if it has one."""
+    match = _ORDINAL.search(hostname.split(".")[0])
+    return int(match[1]) if match else None
+
+
+def container_defaults(hostname: str, fqdn: str) -> dict[str, str]:
+    """Listen on every interface, advertise the name others resolve (a pod's DNS name),
+    keep data in the volume, and take node.id from a StatefulSet ordinal."""
+    defaults = {
+        "listeners": f"PLAINTEXT://0.0.0.0:{CLIENT_PORT}",
+        "advertised.listeners": f"PLAINTEXT://{fqdn}:{CLIENT_PORT}",
+        "log.dirs": DATA_DIR,
+        "http.listener": "http://0.0.0.0:9404",
+    }
+    node = ordinal(hostname)
+    if node is not None:
+        defaults["node.id"] = str(node)
+    return defaults
+
+
+def container_settings(environ: Mapping[str, str]) -> dict[str, str]:
+    """The defaults, overridden by KAFKA_* variables."""
+    settings = container_defaults(socket.gethostname(), socket.getfqdn())
+    settings.update(properties_from_env(environ))
+    return settings

@@ -1,0 +1,35 @@
+"""`moldau broker --container`'s settings: Kafka's image convention for KAFKA_* variables and
+the defaults that make a broker in a pod reachable."""
+
+from __future__ import annotations
+
+from moldau.broker.container import container_defaults, ordinal, properties_from_env
+
+
+def test_kafka_variables_become_properties_as_in_kafkas_image() -> None:
+    env = {"KAFKA_NODE_ID": "3", "KAFKA_ADVERTISED_LISTENERS": "PLAINTEXT://b-3.b:9092",
+           "KAFKA_ABC__DEF": "x", "KAFKA_ABC___DEF": "y", "PATH": "/bin"}
+    assert properties_from_env(env) == {"node.id": "3",
+                                        "advertised.listeners": "PLAINTEXT://b-3.b:9092",
+                                        "abc_def": "x", "abc-def": "y"}
+
+
+def test_the_jvm_variables_of_kafkas_scripts_are_no_properties() -> None:
+    assert properties_from_env({"KAFKA_HEAP_OPTS": "-Xmx1G", "KAFKA_OPTS": "", "KAFKA_": ""}) == {}
+
+
+def test_node_id_comes_from_the_statefulset_ordinal() -> None:
+    assert ordinal("moldau-2") == 2
+    assert ordinal("moldau-12.moldau.kafka.svc.cluster.local") == 12
+    assert ordinal("moldau") is None
+    assert container_defaults("moldau-2", "moldau-2.moldau")["node.id"] == "2"
+    assert "node.id" not in container_defaults("3f2a9c1d0b7e", "3f2a9c1d0b7e")
+
+
+def test_defaults_listen_everywhere_and_advertise_the_dns_name() -> None:
+    defaults = container_defaults("moldau-0", "moldau-0.moldau.kafka.svc.cluster.local")
+    assert defaults["listeners"] == "PLAINTEXT://0.0.0.0:9092"
+    assert defaults["advertised.listeners"] == (
+        "PLAINTEXT://moldau-0.moldau.kafka.svc.cluster.local:9092")
+    assert defaults["http.listener"] == "http://0.0.0.0:9404"
+    assert defaults["log.dirs"] == "/var/lib/moldau"
