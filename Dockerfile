@@ -9,8 +9,7 @@ ARG VERSION=0.1.0
 LABEL org.opencontainers.image.title="Moldau" \
       org.opencontainers.image.description="A Kafka-compatible streaming platform" \
       org.opencontainers.image.version="${VERSION}" \
-      org.opencontainers.image.licenses="Apache-2.0" \
-      org.opencontainers.image.source="https://github.com/moldau/moldau"
+      org.opencontainers.image.licenses="Apache-2.0"
 # A venv without pip: Debian's python3 refuses system-wide installs (PEP 668) and its
 # base image has no ensurepip; pip runs from its own wheel, which stays out of the image.
 RUN python3 -m venv --without-pip /opt/moldau \
