@@ -57,10 +57,11 @@ chart-sync:
 	cp monitoring/dashboards/*.json charts/moldau/files/dashboards/
 	for crd in crds/*.yaml; do if [ -f "$$crd" ]; then cp "$$crd" charts/moldau/crds/; fi; done
 
-## Lint the Helm chart and package it into dist/ (docs/helm.md).
+## Lint the Helm chart and package it into $(CHART_DIST)/ (docs/helm.md).
+CHART_DIST ?= dist
 chart:
 	bash charts/helm.sh lint --strict charts/moldau
-	bash charts/helm.sh package charts/moldau --destination dist
+	bash charts/helm.sh package charts/moldau --destination $(CHART_DIST)
 
 ## Start the single-node test bed (state under /tmp/moldau-kube); writes its kubeconfig there.
 kube-up:
@@ -71,9 +72,9 @@ kube-down:
 	bash e2e/kube/down.sh
 
 ## The tests marked `kube`: against $$KUBECONFIG's cluster if set, else the local test bed,
-## and the image tests (podman).
+## the image tests (podman) and the chart's helm install.
 test-kube: install kube-deps
-	$(BIN)/pytest -m kube e2e/kube e2e/images
+	$(BIN)/pytest -m kube e2e/kube e2e/images e2e/charts
 
 ## The broker image localhost/moldau-broker:<version>, into the test bed's podman storage.
 images: install
