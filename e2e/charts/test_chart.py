@@ -187,6 +187,7 @@ def test_watched_namespaces_get_roles_and_a_small_cluster_role(helm_binary: Path
 
 def test_operator_deployment_defaults(helm_binary: Path) -> None:
     objects = render()
+    assert one(objects, "Deployment")["spec"]["strategy"] == {"type": "Recreate"}
     pod = one(objects, "Deployment")["spec"]["template"]["spec"]
     container = pod["containers"][0]
     assert container["image"] == f"localhost/moldau-operator:{APP_VERSION}"
@@ -215,6 +216,8 @@ def test_app_version_is_the_components_version() -> None:
 def test_image_and_options_from_values(helm_binary: Path) -> None:
     deployment = one(render(ALL_ON), "Deployment")
     assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 0,
+                                                               "maxUnavailable": 1}
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     assert container["image"] == "registry.example.com/moldau/operator:0.1.0-test"
     assert container["imagePullPolicy"] == "Always"
