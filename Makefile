@@ -73,9 +73,9 @@ kube-down:
 	bash e2e/kube/down.sh
 
 ## The tests marked `kube`: against $$KUBECONFIG's cluster if set, else the local test bed,
-## the image tests (podman) and the chart's helm install.
+## and the image tests (podman).
 test-kube: install kube-deps
-	$(BIN)/pytest -m kube e2e/kube e2e/images e2e/charts
+	$(BIN)/pytest -m kube e2e/kube e2e/images
 
 ## The broker image localhost/moldau-broker:<version>, into the test bed's podman storage.
 images: install

@@ -1,5 +1,4 @@
-"""The `helm` fixture (the cached binary, or one line naming what builds it) and the test
-bed's `kube` fixture for the chart's install test."""
+"""The `helm_binary` fixture: the cached helm, or one line naming what builds it."""
 
 from __future__ import annotations
 
@@ -8,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from e2e.charts.helm import HelmMissing, helm_path
-from e2e.kube.conftest import kube  # noqa: F401  (the fixture, for test_chart_install.py)
 
 
 @pytest.fixture(scope="session")
