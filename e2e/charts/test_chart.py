@@ -5,6 +5,7 @@ chart's CRDs, or Prometheus Operator's required fields."""
 from __future__ import annotations
 
 import copy
+import json
 import re
 import textwrap
 import tomllib
@@ -93,6 +94,35 @@ def check_object(obj: dict, custom_schemas: dict[tuple[str, str], dict]) -> None
         validate_custom(obj, custom_schemas[key])
     else:
         kubernetes_validate.validate(obj, KUBE_SCHEMAS, strict=True)
+
+
+# Values that hold a Kubernetes object passed through as written.
+PASS_THROUGH = {"resources", "podSecurityContext", "securityContext", "updateStrategy", "spec"}
+
+
+def option_paths(values: dict, prefix: str = "") -> set[str]:
+    paths = set()
+    for key, value in values.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and value and key not in PASS_THROUGH:
+            paths |= option_paths(value, path + ".")
+        else:
+            paths.add(path)
+    return paths
+
+
+def test_values_schema_is_a_valid_schema_that_admits_the_defaults() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    jsonschema.Draft7Validator.check_schema(schema)
+    jsonschema.validate(yaml.safe_load((CHART / "values.yaml").read_text()), schema)
+
+
+def test_every_option_values_set_every_option() -> None:
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())
+    set_paths = option_paths(ALL_ON)
+    missing = {path for path in option_paths(defaults)
+               if not any(p == path or p.startswith(path + ".") for p in set_paths)}
+    assert not missing, f"all-on-values.yaml leaves these at their defaults: {sorted(missing)}"
 
 
 @pytest.mark.parametrize("values", [None, ALL_ON], ids=["defaults", "every option"])
