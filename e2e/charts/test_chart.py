@@ -285,6 +285,16 @@ def test_broker_pod_monitor(helm_binary: Path) -> None:
     assert monitor["spec"]["namespaceSelector"] == {"any": True}
 
 
+def test_monitoring_labels_reach_every_monitoring_object(helm_binary: Path) -> None:
+    """A Prometheus that selects its monitors and rules by label finds all of them."""
+    monitoring = [obj for obj in render(ALL_ON)
+                  if obj["apiVersion"].startswith("monitoring.coreos.com/")]
+    assert sorted(obj["kind"] for obj in monitoring) == [
+        "PodMonitor", "PrometheusRule", "ServiceMonitor"]
+    for obj in monitoring:
+        assert obj["metadata"]["labels"]["release"] == "kube-prometheus-stack", obj["kind"]
+
+
 def test_monitoring_is_off_by_default(helm_binary: Path) -> None:
     rendered = {obj["kind"] for obj in render()}
     assert not rendered & {"PodMonitor", "ServiceMonitor", "PrometheusRule", "ConfigMap",
