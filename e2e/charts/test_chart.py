@@ -238,9 +238,11 @@ def test_operator_deployment_defaults(helm_binary: Path) -> None:
 
 
 def test_app_version_is_the_components_version() -> None:
-    for component in ("client", "broker"):
-        project = tomllib.loads((REPO / component / "pyproject.toml").read_text())["project"]
-        assert project["version"] == APP_VERSION, component
+    components = sorted(REPO.glob("*/pyproject.toml"))
+    assert {path.parent.name for path in components} >= {"client", "broker"}
+    for path in components:
+        project = tomllib.loads(path.read_text())["project"]
+        assert project["version"] == APP_VERSION, path.parent.name
 
 
 def test_image_and_options_from_values(helm_binary: Path) -> None:
