@@ -99,6 +99,21 @@ def test_produce_counters_log_size_and_requests(broker: Broker) -> None:
     fetched = scrape(broker.http_port)
     assert value(fetched, "kafka_server_brokertopicmetrics_bytesout_total",
                  topic=topic) == segment_bytes
+    # A consumer's fetches count under FetchConsumer as well as Fetch; a lone broker has no
+    # followers.
+    split = fetch_split(fetched)
+    assert split["FetchConsumer"] >= 1
+    assert split == {"Fetch": split["FetchConsumer"], "FetchConsumer": split["FetchConsumer"],
+                     "FetchFollower": 0}
+    assert any(name == "kafka_network_requestmetrics_requests_total"
+               and dict(labels)["request"] == "FetchConsumer" for name, labels in fetched)
+
+
+def fetch_split(samples: dict) -> dict[str, float]:
+    """Fetch requests answered, in all and by who sent them."""
+    return {request: value(samples, "kafka_network_requestmetrics_totaltimems_count",
+                           request=request)
+            for request in ("Fetch", "FetchConsumer", "FetchFollower")}
 
 
 def test_a_deleted_topic_leaves_no_series(broker: Broker) -> None:
@@ -321,6 +336,13 @@ def test_a_failed_broker_shows_as_under_replicated(cluster: LocalCluster) -> Non
     # Followers of the quorum fetch from its leader over the raft channel.
     assert sum(value(samples, "kafka_server_raftchannelmetrics_request_total")
                for samples in everyone) > 0
+    # Replica fetchers' requests count as FetchFollower, and every Fetch as exactly one of
+    # FetchConsumer and FetchFollower.
+    wait_until(lambda: sum(fetch_split(scrape(port))["FetchFollower"]
+                           for port in ports.values()) > 0, 60, "followers' fetches counted")
+    splits = [fetch_split(scrape(port)) for port in ports.values()]
+    assert [split["Fetch"] for split in splits] == [
+        split["FetchConsumer"] + split["FetchFollower"] for split in splits]
     cluster.kill(3)
     survivors = [port for node_id, port in ports.items() if node_id != 3]
 
