@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.core import Metric
 
-from moldau.broker.metrics.end_offsets import RemoteEndOffsets
 from moldau.broker.metrics.families import gauge
 
 if TYPE_CHECKING:
+    from moldau.broker.metrics.end_offsets import RemoteEndOffsets
     from moldau.broker.server import Broker
 
 
@@ -78,11 +78,10 @@ class LagCollector:
                     "whose end offset is known", series=_by_topic(lag_sums))
 
 
-
 def committed_partitions(broker: Broker) -> Iterator[tuple[str, int]]:
     """Every partition a group coordinated here has committed an offset for."""
     if not (broker.started and broker.config.is_broker):
-        return  # start-up fills the partition table in a thread
+        return  # the coordinator exists once the broker has started
     for group in list(broker.groups.groups.values()):
         yield from list(group.offsets)
 
