@@ -44,6 +44,7 @@ INVALID_TIMESTAMP = 32
 UNSUPPORTED_VERSION = 35
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 DUPLICATE_SEQUENCE_NUMBER = 46
+INVALID_TRANSACTION_TIMEOUT = 50
 TRANSACTION_COORDINATOR_FENCED = 52
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 
@@ -735,11 +736,11 @@ def fetch_all_batches(bootstrap: str, topic: str, partition: int = 0) -> list[Ba
 # --------------------------------------------------------------------------- InitProducerId v4
 
 
-def init_producer_id(conn: Conn, correlation_id: int, transactional_id: str | None = None
-                     ) -> tuple[int, int, int]:
+def init_producer_id(conn: Conn, correlation_id: int, transactional_id: str | None = None,
+                     *, timeout_ms: int = 60000) -> tuple[int, int, int]:
     """(error code, producer id, epoch) for an idempotent producer, or a transactional one
     when `transactional_id` is given."""
-    conn.send(init_producer_id_request(correlation_id, transactional_id))
+    conn.send(init_producer_id_request(correlation_id, transactional_id, timeout_ms))
     corr, reader = conn.recv_response(header_v1=True)
     assert corr == correlation_id
     reader.int32()
@@ -805,7 +806,7 @@ def describe_cluster_request(correlation_id: int) -> bytes:
     return request(DESCRIBE_CLUSTER, 0, correlation_id, int8(0) + TAGS, flexible=True)
 
 
-def init_producer_id_request(correlation_id: int, transactional_id: str | None = None
-                             ) -> bytes:
-    body = compact_string(transactional_id) + int32(60000) + int64(-1) + int16(-1) + TAGS
+def init_producer_id_request(correlation_id: int, transactional_id: str | None = None,
+                             timeout_ms: int = 60000) -> bytes:
+    body = compact_string(transactional_id) + int32(timeout_ms) + int64(-1) + int16(-1) + TAGS
     return request(INIT_PRODUCER_ID, 4, correlation_id, body, flexible=True)

@@ -1,0 +1,107 @@
+"""The transaction coordinator against real transactional producers (librdkafka here; the
+Java client in e2e/java/test_java_transactions.py): commits and aborts as read_committed and
+read_uncommitted consumers see them, fencing of a producer by a newer one with the same
+transactional id, and the state the coordinator keeps in `__transaction_state`."""
+
+from __future__ import annotations
+
+import pytest
+
+from e2e import wire
+from e2e.support import ck_consumer, ck_create_topic, unique, wait_until
+from e2e.test_transactions import TIMEOUT, ck_read
+
+pytestmark = pytest.mark.timeout(180)
+# The broker's own max (900000) is Kafka's; a small one shows the check.
+BROKER_OVERRIDES = {"transaction.max.timeout.ms": 120000}
+
+
+def ck_txn_producer(bootstrap: str, transactional_id: str, **config: object):
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id,
+                         "transaction.timeout.ms": 60000, **config})
+    producer.init_transactions(TIMEOUT)
+    return producer
+
+
+def send_in_txn(producer, topic: str, values: list[bytes], *, commit: bool) -> None:
+    producer.begin_transaction()
+    for value in values:
+        producer.produce(topic, value, partition=0)
+    producer.flush(TIMEOUT)
+    if commit:
+        producer.commit_transaction(TIMEOUT)
+    else:
+        producer.abort_transaction(TIMEOUT)
+
+
+def values(bootstrap: str, topic: str, isolation: str) -> list[bytes]:
+    """Every value a librdkafka consumer with `isolation` reads up to the log end."""
+    from confluent_kafka import TopicPartition
+
+    probe = ck_consumer(bootstrap)
+    try:
+        end = probe.get_watermark_offsets(TopicPartition(topic, 0), timeout=15)[1]
+    finally:
+        probe.close()
+    return ck_read(bootstrap, topic, isolation, end)
+
+
+def test_commit_and_abort_as_consumers_see_them(module_broker) -> None:
+    bootstrap = module_broker.bootstrap
+    topic = unique("ck-txn")
+    ck_create_topic(bootstrap, topic)
+    producer = ck_txn_producer(bootstrap, unique("ck-txn-id"))
+    send_in_txn(producer, topic, [b"c1", b"c2"], commit=True)
+    send_in_txn(producer, topic, [b"a1", b"a2", b"a3"], commit=False)
+    send_in_txn(producer, topic, [b"c3"], commit=True)
+    producer.flush(TIMEOUT)
+    assert values(bootstrap, topic, "read_committed") == [b"c1", b"c2", b"c3"]
+    assert values(bootstrap, topic, "read_uncommitted") == \
+        [b"c1", b"c2", b"a1", b"a2", b"a3", b"c3"]
+
+
+def test_a_second_producer_with_the_same_id_fences_the_first(module_broker) -> None:
+    from confluent_kafka import KafkaException
+
+    bootstrap = module_broker.bootstrap
+    topic = unique("ck-txn-fence")
+    ck_create_topic(bootstrap, topic)
+    transactional_id = unique("ck-txn-fenced")
+    first = ck_txn_producer(bootstrap, transactional_id)
+    first.begin_transaction()
+    first.produce(topic, b"zombie", partition=0)
+    first.flush(TIMEOUT)
+    # The newer producer aborts what the first left open, then takes the id over.
+    second = ck_txn_producer(bootstrap, transactional_id)
+    send_in_txn(second, topic, [b"live"], commit=True)
+    with pytest.raises(KafkaException) as raised:
+        first.commit_transaction(TIMEOUT)
+    error = raised.value.args[0]
+    assert error.fatal(), error
+    assert "fenced" in error.str().lower(), error.str()
+    assert values(bootstrap, topic, "read_committed") == [b"live"]
+    assert values(bootstrap, topic, "read_uncommitted") == [b"zombie", b"live"]
+
+
+def test_init_producer_id_on_the_wire(module_broker) -> None:
+    """Epochs grow with every InitProducerId of the id; the timeout is bounded by
+    transaction.max.timeout.ms; the coordinator is found with key type TRANSACTION."""
+    transactional_id = unique("wire-txn")
+    with wire.Conn(module_broker.bootstrap, timeout=30) as conn:
+        def granted(correlation_id: int, timeout_ms: int = 60000):
+            def attempt():
+                got = wire.init_producer_id(conn, correlation_id, transactional_id,
+                                            timeout_ms=timeout_ms)
+                # COORDINATOR_LOAD_IN_PROGRESS / NOT_AVAILABLE while the topic is created
+                return None if got[0] in (14, 15) else got
+            return wait_until(attempt, TIMEOUT, "InitProducerId")
+
+        error, producer_id, epoch = granted(1)
+        assert (error, epoch) == (wire.NONE, 0)
+        assert granted(2) == (wire.NONE, producer_id, 1)
+        assert granted(3, timeout_ms=120001) == (wire.INVALID_TRANSACTION_TIMEOUT, -1, -1)
+        # An idempotent producer on the same connection still gets a fresh id.
+        error, other, epoch = wire.init_producer_id(conn, 4)
+        assert error == wire.NONE and other != producer_id and epoch == 0
