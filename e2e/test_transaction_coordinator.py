@@ -105,3 +105,37 @@ def test_init_producer_id_on_the_wire(module_broker) -> None:
         # An idempotent producer on the same connection still gets a fresh id.
         error, other, epoch = wire.init_producer_id(conn, 4)
         assert error == wire.NONE and other != producer_id and epoch == 0
+
+
+def test_the_coordinators_broker_dies_mid_transaction(cluster) -> None:
+    """A 3-node cluster: the broker coordinating the transactional id is killed while a
+    transaction is open; the producer finds the new coordinator (which loaded the id from
+    its replica of __transaction_state) and commits, and a read_committed consumer sees
+    every committed record once and nothing aborted."""
+    from e2e.test_cluster_failover import create_topic, partition_state
+    from moldau.broker.coordinators.group.records import partition_for
+    from moldau.broker.coordinators.transaction.records import TRANSACTION_TOPIC
+
+    bootstrap = cluster.bootstrap_servers
+    topic = unique("txn-failover")
+    create_topic(bootstrap, topic, configs={"min.insync.replicas": "2"})
+    transactional_id = unique("txn-failover-id")
+    producer = ck_txn_producer(bootstrap, transactional_id)
+    send_in_txn(producer, topic, [b"first-0", b"first-1"], commit=True)
+    state_partition = partition_for(transactional_id, 50)
+    coordinator, _ = partition_state(cluster, TRANSACTION_TOPIC, state_partition)
+    wait_until(lambda: len(partition_state(cluster, TRANSACTION_TOPIC, state_partition)[1])
+               == 3, TIMEOUT, "a full ISR of the transaction's state partition")
+
+    producer.begin_transaction()
+    for n in range(3):
+        producer.produce(topic, f"second-{n}".encode(), partition=0)
+    producer.flush(TIMEOUT)
+    cluster.kill(coordinator)
+    wait_until(lambda: partition_state(cluster, TRANSACTION_TOPIC, state_partition)[0]
+               not in (-1, coordinator), TIMEOUT, "a new coordinator")
+    producer.commit_transaction(TIMEOUT)
+    send_in_txn(producer, topic, [b"aborted"], commit=False)
+    send_in_txn(producer, topic, [b"third-0"], commit=True)
+    assert values(bootstrap, topic, "read_committed") == [
+        b"first-0", b"first-1", b"second-0", b"second-1", b"second-2", b"third-0"]

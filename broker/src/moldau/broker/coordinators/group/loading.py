@@ -39,13 +39,14 @@ class PartitionLoader(Generic[State]):
                  install: Callable[[int, dict[str, State]], None],
                  unload: Callable[[int], int], *,
                  replay: Replay[Any] = replay, topic: str = OFFSETS_TOPIC,
-                 noun: str = "group(s)") -> None:
+                 noun: str = "group(s)", logger: logging.Logger = log) -> None:
         self._read = read  # a partition's records in log order; called in a thread
         self._install = install  # puts loaded state in service (on the loop)
         self._unload = unload  # drops a partition's state; returns how many entries
         self._replay_records = replay
         self._topic = topic
         self._noun = noun  # what the log lines count
+        self._log = logger
         self.ownership = Ownership()
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -55,8 +56,9 @@ class PartitionLoader(Generic[State]):
         if not is_leader:
             if self.ownership.resign(partition, epoch):
                 dropped = self._unload(partition)
-                log.info("Unloaded %d %s of %s-%d: no longer its leader (epoch %d)",
-                         dropped, self._noun, self._topic, partition, epoch)
+                self._log.log(logging.INFO if dropped else logging.DEBUG,
+                              "Unloaded %d %s of %s-%d: no longer its leader (epoch %d)",
+                              dropped, self._noun, self._topic, partition, epoch)
             return None
         load = self.ownership.elect(partition, epoch)
         if load is None:
@@ -75,18 +77,18 @@ class PartitionLoader(Generic[State]):
             if isinstance(exc, KafkaError) and exc.code in LEADERSHIP_GONE:
                 # The partition moved on while it was read (e.g. a controlled shutdown); the
                 # leadership listener hears of that too.
-                log.info("Abandoned the load of %s-%d for leader epoch %d: %s",
+                self._log.info("Abandoned the load of %s-%d for leader epoch %d: %s",
                          self._topic, load.partition, load.epoch, exc.code.name)
             else:
-                log.exception("Loading %s-%d failed", self._topic, load.partition)
+                self._log.exception("Loading %s-%d failed", self._topic, load.partition)
             self.ownership.fail(load)
             return
         if not self.ownership.finish(load):
-            log.info("Discarded the load of %s-%d for leader epoch %d: the leadership "
+            self._log.info("Discarded the load of %s-%d for leader epoch %d: the leadership "
                      "moved while it ran", self._topic, load.partition, load.epoch)
             return
         self._install(load.partition, loaded)
-        log.log(logging.INFO if loaded else logging.DEBUG,
+        self._log.log(logging.INFO if loaded else logging.DEBUG,
                 "Loaded %d %s of %s-%d (leader epoch %d) in %.0f ms", len(loaded), self._noun,
                 self._topic, load.partition, load.epoch, (time.monotonic() - started) * 1000)
 

@@ -86,7 +86,7 @@ class TransactionCoordinator:
         self.txns: dict[str, TxnMetadata] = {}
         self._loader: PartitionLoader[TxnMetadata] = PartitionLoader(
             topic.read, self._install, self._unload_partition, replay=replay,
-            topic=TRANSACTION_TOPIC, noun="transactional id(s)")
+            topic=TRANSACTION_TOPIC, noun="transactional id(s)", logger=log)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._completions: dict[str, asyncio.Task[None]] = {}
 
