@@ -12,8 +12,10 @@ from e2e.support import ck_consumer, ck_create_topic, unique, wait_until
 from e2e.test_transactions import TIMEOUT, ck_read
 
 pytestmark = pytest.mark.timeout(180)
-# The broker's own max (900000) is Kafka's; a small one shows the check.
-BROKER_OVERRIDES = {"transaction.max.timeout.ms": 120000}
+# The broker's own max (900000) is Kafka's; a small one shows the check. Timed-out
+# transactions are looked for every half second instead of every 10 s.
+BROKER_OVERRIDES = {"transaction.max.timeout.ms": 120000,
+                    "transaction.abort.timed.out.transaction.cleanup.interval.ms": 500}
 
 
 def ck_txn_producer(bootstrap: str, transactional_id: str, **config: object):
@@ -83,6 +85,31 @@ def test_a_second_producer_with_the_same_id_fences_the_first(module_broker) -> N
     assert "fenced" in error.str().lower(), error.str()
     assert values(bootstrap, topic, "read_committed") == [b"live"]
     assert values(bootstrap, topic, "read_uncommitted") == [b"zombie", b"live"]
+
+
+def test_a_transaction_past_its_timeout_is_aborted(module_broker) -> None:
+    """The coordinator aborts it (read_committed consumers move past it) and fences its
+    producer with a new epoch, so the late commit fails."""
+    from confluent_kafka import KafkaException
+
+    bootstrap = module_broker.bootstrap
+    topic = unique("ck-txn-timeout")
+    ck_create_topic(bootstrap, topic)
+    producer = ck_txn_producer(bootstrap, unique("ck-txn-slow"),
+                               **{"transaction.timeout.ms": 2000})
+    producer.begin_transaction()
+    producer.produce(topic, b"too-slow", partition=0)
+    producer.flush(TIMEOUT)
+    with wire.Conn(bootstrap, timeout=30) as conn:
+        def stable() -> bool:
+            committed = wire.list_offset(conn, 1, topic, 0, wire.LATEST_TIMESTAMP,
+                                         wire.READ_COMMITTED)[2]
+            return committed == 2  # the record and the abort marker
+        wait_until(stable, TIMEOUT, "the timed-out transaction to be aborted")
+    with pytest.raises(KafkaException):
+        producer.commit_transaction(TIMEOUT)
+    assert values(bootstrap, topic, "read_committed") == []
+    assert values(bootstrap, topic, "read_uncommitted") == [b"too-slow"]
 
 
 def test_init_producer_id_on_the_wire(module_broker) -> None:
