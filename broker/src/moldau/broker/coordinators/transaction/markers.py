@@ -34,6 +34,8 @@ WRITE_TXN_MARKERS_VERSION = 1
 MARKER_REPLICATION_TIMEOUT_MS = 30000
 RETRY_BACKOFF_S = 0.1
 MAX_RETRY_BACKOFF_S = 1.0
+MAX_IN_FLIGHT = 20  # marker requests in flight to one broker
+SEND_WAIT_S = 0.005
 TopicPartition = tuple[str, int]
 
 
@@ -149,6 +151,12 @@ class MarkerChannel:
                          "coordinator_epoch": marker.coordinator_epoch,
                          "topics": [{"name": name, "partition_indexes": indexes}
                                     for name, indexes in topics.items()]}]})
+        while not connection.can_send():
+            # Other transactions' markers are being written to this broker: wait for room.
+            if connection.closed:
+                raise KafkaError(ErrorCode.network_exception,
+                                 f"the connection to broker {leader} closed")
+            await asyncio.sleep(SEND_WAIT_S)
         response = await connection.send(WRITE_TXN_MARKERS_KEY, WRITE_TXN_MARKERS_VERSION, body)
         errors = {(topic.name, partition.partition_index): ErrorCode(partition.error_code)
                   for answer in response.markers for topic in answer.topics
@@ -164,7 +172,7 @@ class MarkerChannel:
         if endpoint is None:
             raise KafkaError(ErrorCode.broker_not_available,
                              f"no endpoint known for broker {broker_id}")
-        connection = BrokerConnection(broker_id, *endpoint, max_in_flight=5,
+        connection = BrokerConnection(broker_id, *endpoint, max_in_flight=MAX_IN_FLIGHT,
                                       client_id=f"broker-{self.node_id}-txn-markers",
                                       request_timeout_ms=self.request_timeout_ms)
         try:
