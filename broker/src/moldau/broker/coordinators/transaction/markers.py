@@ -79,6 +79,7 @@ class MarkerChannel:
         self.replicas = replicas
         self.request_timeout_ms = request_timeout_ms
         self._connections: dict[int, BrokerConnection] = {}
+        self._opening: dict[int, asyncio.Future[BrokerConnection]] = {}
 
     async def write(self, marker: Marker, wanted: Callable[[], bool]) -> bool:
         """Until every partition of `marker` has it: True when done, False when `wanted()`
@@ -168,6 +169,14 @@ class MarkerChannel:
         connection = self._connections.get(broker_id)
         if connection is not None and not connection.closed:
             return connection
+        # One connection per broker: concurrent senders wait for the one being opened.
+        opening = self._opening.get(broker_id)
+        if opening is None:
+            opening = self._opening[broker_id] = asyncio.ensure_future(self._open(broker_id))
+            opening.add_done_callback(lambda _done: self._opening.pop(broker_id, None))
+        return await asyncio.shield(opening)
+
+    async def _open(self, broker_id: int) -> BrokerConnection:
         endpoint = self.replicas.leader_endpoint(broker_id)
         if endpoint is None:
             raise KafkaError(ErrorCode.broker_not_available,
@@ -190,5 +199,7 @@ class MarkerChannel:
                 connection.close()
 
     def close(self) -> None:
+        for opening in self._opening.values():
+            opening.cancel()
         for broker_id in list(self._connections):
             self._drop(broker_id)
