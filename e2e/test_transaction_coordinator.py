@@ -166,3 +166,32 @@ def test_the_coordinators_broker_dies_mid_transaction(cluster) -> None:
     send_in_txn(producer, topic, [b"third-0"], commit=True)
     assert values(bootstrap, topic, "read_committed") == [
         b"first-0", b"first-1", b"second-0", b"second-1", b"second-2", b"third-0"]
+
+
+def test_markers_follow_the_partition_to_its_new_leader(cluster) -> None:
+    """The data partition's leader (not the coordinator) dies with a transaction open: the
+    commit's markers go to the new leader once the metadata names it."""
+    from e2e.test_cluster_failover import create_topic, partition_state
+    from moldau.broker.coordinators.group.records import partition_for
+    from moldau.broker.coordinators.transaction.records import TRANSACTION_TOPIC
+
+    bootstrap = cluster.bootstrap_servers
+    topic = unique("txn-leader-moves")
+    create_topic(bootstrap, topic, configs={"min.insync.replicas": "2"})
+    wait_until(lambda: len(partition_state(cluster, topic)[1]) == 3, TIMEOUT, "a full ISR")
+    leader, _ = partition_state(cluster, topic)
+    ck_txn_producer(bootstrap, unique("txn-first"))  # creates __transaction_state
+    transactional_id = next(
+        f"{topic}-id-{n}" for n in range(200)
+        if partition_state(cluster, TRANSACTION_TOPIC, partition_for(f"{topic}-id-{n}", 50))[0]
+        != leader)  # coordinated by another broker than the partition's leader
+    producer = ck_txn_producer(bootstrap, transactional_id)
+    producer.begin_transaction()
+    producer.produce(topic, b"survives", partition=0)
+    producer.flush(TIMEOUT)
+    cluster.kill(leader)
+    producer.commit_transaction(TIMEOUT)
+    wait_until(lambda: partition_state(cluster, topic)[0] not in (-1, leader), TIMEOUT,
+               "a new leader")
+    send_in_txn(producer, topic, [b"after"], commit=True)
+    assert values(bootstrap, topic, "read_committed") == [b"survives", b"after"]
