@@ -1,9 +1,11 @@
-"""Transaction markers and read_committed, against Moldau and against Apache Kafka.
+"""Transactions against Moldau and against Apache Kafka.
 
-The transactions are driven by hand, as a transaction coordinator would (raw Produce of
-transactional batches, raw WriteTxnMarkers), so both brokers see the same bytes; Kafka's
+The first test drives transactions by hand, as a transaction coordinator would (raw Produce
+of transactional batches, raw WriteTxnMarkers), so both brokers see the same bytes; Kafka's
 Java consumer reads them with isolation.level=read_committed, and the `.txnindex` files
-both brokers write must be byte for byte the same.
+both brokers write must be byte for byte the same. The others go through each broker's
+transaction coordinator: Kafka's transactional producer, ProducerPerformance with a
+transactional id, and the kafka-transactions tool.
 """
 
 from __future__ import annotations
