@@ -117,18 +117,32 @@ def test_init_producer_id_on_the_wire(module_broker) -> None:
     transaction.max.timeout.ms; the coordinator is found with key type TRANSACTION."""
     transactional_id = unique("wire-txn")
     with wire.Conn(module_broker.bootstrap, timeout=30) as conn:
+        # The first ask creates __transaction_state: COORDINATOR_NOT_AVAILABLE until it has
+        # leaders, then this broker (node 1) on its own port.
+        found = wait_until(lambda: (lambda got: got if got[0] == wire.NONE else None)(
+            wire.find_coordinator(conn, 0, transactional_id, wire.TRANSACTION_KEY)),
+            TIMEOUT, "the transaction coordinator")
+        assert found == (wire.NONE, 1, int(module_broker.bootstrap.rsplit(":", 1)[1]))
+
         def granted(correlation_id: int, timeout_ms: int = 60000):
             def attempt():
                 got = wire.init_producer_id(conn, correlation_id, transactional_id,
                                             timeout_ms=timeout_ms)
-                # COORDINATOR_LOAD_IN_PROGRESS / NOT_AVAILABLE while the topic is created
-                return None if got[0] in (14, 15) else got
+                # Retried as clients do while the new partitions' logs are created and
+                # loaded: NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS / NOT_AVAILABLE.
+                return None if got[0] in (14, 15, 16) else got
             return wait_until(attempt, TIMEOUT, "InitProducerId")
 
         error, producer_id, epoch = granted(1)
         assert (error, epoch) == (wire.NONE, 0)
         assert granted(2) == (wire.NONE, producer_id, 1)
         assert granted(3, timeout_ms=120001) == (wire.INVALID_TRANSACTION_TIMEOUT, -1, -1)
+        # The producer of epoch 0 is fenced: PRODUCER_FENCED from EndTxn v2 on (KIP-588),
+        # INVALID_PRODUCER_EPOCH before.
+        assert wire.end_txn(conn, 5, 1, transactional_id, producer_id, 0, True) == \
+            wire.INVALID_PRODUCER_EPOCH
+        assert wire.end_txn(conn, 6, 3, transactional_id, producer_id, 0, True) == \
+            wire.PRODUCER_FENCED
         # An idempotent producer on the same connection still gets a fresh id.
         error, other, epoch = wire.init_producer_id(conn, 4)
         assert error == wire.NONE and other != producer_id and epoch == 0

@@ -810,3 +810,45 @@ def init_producer_id_request(correlation_id: int, transactional_id: str | None =
                              timeout_ms: int = 60000) -> bytes:
     body = compact_string(transactional_id) + int32(timeout_ms) + int64(-1) + int16(-1) + TAGS
     return request(INIT_PRODUCER_ID, 4, correlation_id, body, flexible=True)
+
+
+# --------------------------------------------------------------------------- EndTxn v1 / v3
+
+END_TXN = 26
+INVALID_PRODUCER_EPOCH = 47
+PRODUCER_FENCED = 90
+
+
+def end_txn(conn: Conn, correlation_id: int, version: int, transactional_id: str,
+            producer_id: int, producer_epoch: int, commit: bool) -> int:
+    """EndTxn v1 (classic encoding) or v3 (flexible); the error code."""
+    flexible = version >= 3
+    body = ((compact_string(transactional_id) if flexible else string(transactional_id))
+            + int64(producer_id) + int16(producer_epoch) + int8(int(commit))
+            + (TAGS if flexible else b""))
+    conn.send(request(END_TXN, version, correlation_id, body, flexible=flexible))
+    corr, reader = conn.recv_response(header_v1=flexible)
+    assert corr == correlation_id
+    reader.int32()
+    return reader.int16()
+
+
+# --------------------------------------------------------------------------- FindCoordinator v1
+
+FIND_COORDINATOR = 10
+TRANSACTION_KEY = 1
+
+
+def find_coordinator(conn: Conn, correlation_id: int, key: str, key_type: int
+                     ) -> tuple[int, int, int]:
+    """(error code, node id, port) of the coordinator of a group (0) or transactional id (1)."""
+    conn.send(request(FIND_COORDINATOR, 1, correlation_id, string(key) + int8(key_type),
+                      flexible=False))
+    corr, reader = conn.recv_response(header_v1=False)
+    assert corr == correlation_id
+    reader.int32()
+    error = reader.int16()
+    reader.string()  # error message
+    node_id = reader.int32()
+    reader.string()  # host
+    return error, node_id, reader.int32()
