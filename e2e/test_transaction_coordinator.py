@@ -209,3 +209,19 @@ def test_markers_follow_the_partition_to_its_new_leader(cluster) -> None:
                "a new leader")
     send_in_txn(producer, topic, [b"after"], commit=True)
     assert values(bootstrap, topic, "read_committed") == [b"survives", b"after"]
+
+
+def test_the_state_survives_a_broker_crash(broker) -> None:
+    """kill -9 with a transaction open: the restarted broker loads the id from
+    __transaction_state, and the same producer commits."""
+    topic = unique("txn-crash")
+    ck_create_topic(broker.bootstrap, topic)
+    producer = ck_txn_producer(broker.bootstrap, unique("txn-crash-id"))
+    send_in_txn(producer, topic, [b"before"], commit=True)
+    producer.begin_transaction()
+    producer.produce(topic, b"across", partition=0)
+    producer.flush(TIMEOUT)
+    broker.kill()
+    broker.start()
+    producer.commit_transaction(TIMEOUT)
+    assert values(broker.bootstrap, topic, "read_committed") == [b"before", b"across"]
