@@ -66,10 +66,15 @@ ProducerIdAndEpoch = tuple[ErrorCode, int, int]
 
 @dataclass(frozen=True)
 class TxnSettings:
-    max_timeout_ms: int = 900000  # transaction.max.timeout.ms
-    abort_interval_ms: int = 10000  # transaction.abort.timed.out.transaction.cleanup...
-    expiration_ms: int = 604800000  # transactional.id.expiration.ms
-    expiration_interval_ms: int = 3600000  # transaction.remove.expired.transaction.cleanup...
+    """Kafka's settings and defaults: transaction.max.timeout.ms,
+    transaction.abort.timed.out.transaction.cleanup.interval.ms,
+    transactional.id.expiration.ms and
+    transaction.remove.expired.transaction.cleanup.interval.ms."""
+
+    max_timeout_ms: int = 900000
+    abort_interval_ms: int = 10000
+    expiration_ms: int = 604800000
+    expiration_interval_ms: int = 3600000
 
 
 def _now_ms() -> int:
