@@ -302,8 +302,8 @@ class TransactionCoordinator:
         return error
 
     async def _abort(self, meta: TxnMetadata, reason: str) -> None:
-        """Abort the open transaction with a bumped epoch (Kafka's PrepareEpochFence then
-        PrepareAbort), so its producer is fenced from it."""
+        """Abort the open transaction with a bumped epoch, so its producer is fenced from it
+        (Kafka's PrepareEpochFence, an in-memory step, then PrepareAbort: here one write)."""
         if meta.state is not Ongoing or meta.pending is not None:
             return
         epoch = meta.producer_epoch if meta.epoch_exhausted else meta.producer_epoch + 1
