@@ -11,35 +11,28 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from moldau.broker.coordinators.transaction.markers import Marker, append_markers
 from moldau.broker.handlers.registry import Result, api, respond
 from moldau.broker.network.channel import Request
-from moldau.broker.replication.appends import ProduceResult
 
 if TYPE_CHECKING:
     from moldau.broker.server import Broker
 
-# Kafka waits request.timeout.ms (its default) for the markers to be replicated.
-MARKER_REPLICATION_TIMEOUT_MS = 30000
-
 
 @api(27, "WriteTxnMarkers", 1, 2)
 async def handle_write_txn_markers(broker: Broker, request: Request) -> Result:
-    replicas = broker.replicas
-    entries: list[tuple[str, int, None]] = []
-    results: list[ProduceResult] = []
-    for marker in request.body.markers:
-        for topic in marker.topics:
-            for index in topic.partition_indexes:
-                entries.append((topic.name, index, None))
-                results.append(replicas.append_txn_marker(
-                    topic.name, index, marker.producer_id, marker.producer_epoch,
-                    marker.coordinator_epoch, marker.transaction_result))
-    await replicas.wait_for_replication(entries, results, MARKER_REPLICATION_TIMEOUT_MS)
-    answers = iter(results)
+    markers = request.body.markers
+    errors = await append_markers(broker.replicas, [
+        Marker(marker.producer_id, marker.producer_epoch, marker.coordinator_epoch,
+               marker.transaction_result,
+               tuple((topic.name, index) for topic in marker.topics
+                     for index in topic.partition_indexes))
+        for marker in markers])
     out: list[dict[str, Any]] = []
-    for marker in request.body.markers:
+    for marker, marker_errors in zip(markers, errors, strict=True):
+        answers = iter(marker_errors)
         topics = [{"name": topic.name,
-                   "partitions": [{"partition_index": index, "error_code": next(answers).error}
+                   "partitions": [{"partition_index": index, "error_code": next(answers)}
                                   for index in topic.partition_indexes]}
                   for topic in marker.topics]
         out.append({"producer_id": marker.producer_id, "topics": topics})
