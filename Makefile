@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 UV_VERSION := 0.13.8
 # uv installs the workspace; it reads the platform's CA certificates like pip does.
 UV := UV_SYSTEM_CERTS=1 $(BIN)/uv
-COMPONENTS := client broker
+COMPONENTS := client broker operator
 
 .PHONY: install lock tools kafka-deps run test lint fmt docs clean kube-deps kube-up kube-down test-kube images
 
@@ -95,4 +95,4 @@ bench: install kafka-deps
 .PHONY: kafka-config-names
 kafka-config-names: kafka-deps
 	java -cp "$$(bash java/fetch-kafka.sh | tail -n 1)/lib/*" \
-		java/tools/KafkaBrokerConfigNames.java > broker/src/moldau/broker/kafka_broker_configs.txt
+		java/tools/KafkaBrokerConfigNames.java > client/src/moldau/client/kafka_broker_configs.txt
