@@ -1,0 +1,41 @@
+"""`moldau operator`: registered through the moldau.commands group, its flags and their
+environment fallbacks."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from moldau.cli import build_parser
+from moldau.operator.cli import NAMESPACES_ENV, _namespaces
+
+
+def parse(*argv: str):
+    return build_parser().parse_args(["operator", *argv])
+
+
+def test_defaults_watch_every_namespace_and_serve_on_8080(monkeypatch) -> None:
+    monkeypatch.delenv(NAMESPACES_ENV, raising=False)
+    args = parse()
+    assert _namespaces(args) == []
+    assert args.http_port == 8080
+
+
+def test_namespaces_repeat_and_come_from_the_environment(monkeypatch) -> None:
+    monkeypatch.setenv(NAMESPACES_ENV, "team-a, team-b,,")
+    assert _namespaces(parse()) == ["team-a", "team-b"]
+    # The command line wins over the environment.
+    assert _namespaces(parse("--namespace", "x", "--namespace", "y", "--namespace", "x")) \
+        == ["x", "y"]
+
+
+@pytest.mark.parametrize("port", ["http", "70000", "-1"])
+def test_a_bad_port_is_one_line_without_a_traceback(port: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "moldau.cli", "operator", "--http-port", port],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1].endswith(f"not a port number: '{port}'")
+
