@@ -39,3 +39,23 @@ def test_a_bad_port_is_one_line_without_a_traceback(port: str) -> None:
     assert "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines()[-1].endswith(f"not a port number: '{port}'")
 
+
+
+def test_the_operator_never_imports_the_broker() -> None:
+    code = ("import sys, moldau.operator.main, moldau.operator.handlers; "
+            "print(sorted(m for m in sys.modules if m.startswith('moldau.broker')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_without_a_kubeconfig_the_operator_says_so_in_one_line(tmp_path) -> None:
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
+           "KUBECONFIG": str(tmp_path / "missing")}
+    done = subprocess.run([sys.executable, "-m", "moldau.cli", "operator"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("moldau operator: no Kubernetes configuration: ")

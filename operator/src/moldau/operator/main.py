@@ -51,7 +51,24 @@ async def _main(namespaces: list[str], http_port: int, standalone: bool) -> int:
     return 0
 
 
+def _kubernetes_config_problem() -> str | None:
+    """Why no Kubernetes API can be reached (no kubeconfig, not in a pod), or None."""
+    from lightkube import KubeConfig
+    from lightkube.core.exceptions import ConfigError
+
+    try:
+        KubeConfig.from_env()
+    except (ConfigError, OSError, ValueError) as exc:
+        return " ".join(str(exc).split()) or type(exc).__name__
+    return None
+
+
 def run(*, namespaces: list[str], http_port: int, standalone: bool, log_level: str) -> int:
+    problem = _kubernetes_config_problem()
+    if problem:
+        print(f"moldau operator: no Kubernetes configuration: {problem} (set KUBECONFIG, or "
+              "run in a pod with a service account)", file=sys.stderr)
+        return 1
     logging.basicConfig(level=getattr(logging, log_level),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
