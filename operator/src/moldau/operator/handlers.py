@@ -5,7 +5,6 @@ settled cluster writes nothing."""
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from typing import Any
 
@@ -31,7 +30,6 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         prefix=ANNOTATION_PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=ANNOTATION_PREFIX)
-    settings.posting.level = logging.INFO
     # Reconnect watches regularly, so an API server that went away is noticed.
     settings.watching.server_timeout = 60
     settings.watching.client_timeout = 90
@@ -57,7 +55,8 @@ async def _run(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger) -> None:
         started = time.monotonic()
 
         def report(reason: str, message: str, warning: bool) -> None:
-            (kopf.warn if warning else kopf.info)(body, reason=reason, message=message)
+            kopf.event(body, type="Warning" if warning else "Normal", reason=reason,
+                       message=message)
 
         try:
             outcome = await reconcile(

@@ -29,9 +29,10 @@ async def _main(namespaces: list[str], http_port: int, standalone: bool) -> int:
     import moldau.operator.handlers  # noqa: F401
 
     stop = asyncio.Event()
+    # A peering name makes kopf wait for its peering resources: only when peering is on.
     operator = asyncio.create_task(kopf.operator(
         clusterwide=not namespaces, namespaces=namespaces, standalone=standalone,
-        peering_name=PEERING_NAME, stop_flag=stop))
+        peering_name=None if standalone else PEERING_NAME, stop_flag=stop))
     try:
         runner = await _serve(http_port, operator)
     except OSError as exc:
@@ -71,6 +72,8 @@ def run(*, namespaces: list[str], http_port: int, standalone: bool, log_level: s
         return 1
     logging.basicConfig(level=getattr(logging, log_level),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # One line per API request is too much below DEBUG.
+    logging.getLogger("httpx2").setLevel(max(logging.WARNING, logging.getLogger().level))
     try:
         return asyncio.run(_main(namespaces, http_port, standalone))
     except KeyboardInterrupt:
