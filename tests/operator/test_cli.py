@@ -59,3 +59,15 @@ def test_without_a_kubeconfig_the_operator_says_so_in_one_line(tmp_path) -> None
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
     assert lines[0].startswith("moldau operator: no Kubernetes configuration: ")
+
+
+def test_no_handler_leaves_a_finalizer_on_the_cluster() -> None:
+    """A finalizer would keep KafkaClusters from being deleted once the operator is gone."""
+    import kopf
+
+    import moldau.operator.handlers  # noqa: F401
+
+    registry = kopf.get_default_registry()
+    handlers = [*registry._spawning.get_all_handlers(), *registry._changing.get_all_handlers()]
+    assert handlers
+    assert [h.id for h in handlers if h.requires_finalizer] == []

@@ -5,6 +5,7 @@ settled cluster writes nothing."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from typing import Any
 
@@ -93,3 +94,16 @@ async def on_change(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger,
 @kopf.timer(GROUP, VERSION, PLURAL, interval=RESYNC_SECONDS, initial_delay=RESYNC_SECONDS)
 async def resync(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger, **_: Any) -> None:
     await _run(body, patch, logger)
+
+
+def _timers_without_finalizer(registry: kopf.OperatorRegistry) -> None:
+    """kopf puts a finalizer on every object with a timer, to stop the timer before the
+    object goes; an operator uninstalled first would leave every KafkaCluster undeletable.
+    Our timer holds nothing to clean up (a deleted object's timer just stops), so it needs
+    none. kopf has no option for this: the registered handler is replaced (kopf is pinned)."""
+    spawning = registry._spawning  # noqa: SLF001
+    spawning._handlers = [  # noqa: SLF001
+        dataclasses.replace(handler, requires_finalizer=False) for handler in spawning._handlers]
+
+
+_timers_without_finalizer(kopf.get_default_registry())
