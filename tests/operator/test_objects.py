@@ -138,9 +138,12 @@ def test_the_pool_settings_reach_the_pods() -> None:
     assert template["metadata"]["annotations"]["note"] == "x"
     assert {"name": "KAFKA_NUM_IO_THREADS", "value": "4"} in pod["containers"][0]["env"]
     assert sts["spec"]["volumeClaimTemplates"][0]["spec"]["storageClassName"] == "local"
-    # Controllers advertise nothing to clients and are not behind the bootstrap Service.
+    # Controllers advertise only their controller listener and are not behind the
+    # bootstrap Service.
     assert "moldau.io/broker" not in template["metadata"]["labels"]
-    assert "KAFKA_ADVERTISED_LISTENERS" not in {e["name"] for e in pod["containers"][0]["env"]}
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert env["KAFKA_ADVERTISED_LISTENERS"] == \
+        "CONTROLLER://$(POD_NAME).kc-nodes.team-a.svc.cluster.local:9090"
 
 
 def test_a_template_cannot_take_pods_out_of_their_selector() -> None:

@@ -38,16 +38,17 @@ def pool_listeners(cluster: ClusterSpec, pool: NodePool) -> list[tuple[str, int]
     return result
 
 
-def advertised_listeners(cluster: ClusterSpec, host: str,
+def advertised_listeners(cluster: ClusterSpec, pool: NodePool, host: str,
                          external: Mapping[str, str] | None = None) -> str:
-    """advertised.listeners of a broker whose DNS name is `host`; `external` maps an
-    external listener's name to the host:port clients outside reach it by, once known."""
+    """advertised.listeners of a node of `pool` whose DNS name is `host`: every listener it
+    has, by that name; `external` maps an external listener's name to the host:port clients
+    outside reach it by, once known."""
     external = external or {}
     entries = []
-    for listener in cluster.listeners:
-        address = external.get(listener.name, f"{host}:{listener.port}")
-        entries.append(f"{listener.kafka_name}://{address}")
-    entries.append(f"{REPLICATION_LISTENER}://{host}:{REPLICATION_PORT}")
+    for name, port in pool_listeners(cluster, pool):
+        listener = next((item for item in cluster.listeners if item.kafka_name == name), None)
+        address = (external.get(listener.name) if listener else None) or f"{host}:{port}"
+        entries.append(f"{name}://{address}")
     return ",".join(entries)
 
 

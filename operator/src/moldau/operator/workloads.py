@@ -30,15 +30,14 @@ def _env(cluster: ClusterSpec, pool: NodePool, base: int) -> list[dict[str, Any]
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": NODE_ID_OFFSET_ENV, "value": str(base)},
     ]
-    if pool.is_broker:
-        # Kubernetes expands $(POD_NAME): each broker advertises its own DNS name.
-        host = f"$(POD_NAME).{naming.pod_dns_suffix(cluster)}"
-        env.append({"name": "KAFKA_ADVERTISED_LISTENERS",
-                    "value": advertised_listeners(cluster, host)})
-        if cluster.rack_topology_key:
-            # Kubernetes copies the node's topology labels onto the pod it binds.
-            env.append({"name": "KAFKA_BROKER_RACK", "valueFrom": {"fieldRef": {
-                "fieldPath": f"metadata.labels['{cluster.rack_topology_key}']"}}})
+    # Kubernetes expands $(POD_NAME): each node advertises its own DNS name.
+    host = f"$(POD_NAME).{naming.pod_dns_suffix(cluster)}"
+    env.append({"name": "KAFKA_ADVERTISED_LISTENERS",
+                "value": advertised_listeners(cluster, pool, host)})
+    if pool.is_broker and cluster.rack_topology_key:
+        # Kubernetes copies the node's topology labels onto the pod it binds.
+        env.append({"name": "KAFKA_BROKER_RACK", "valueFrom": {"fieldRef": {
+            "fieldPath": f"metadata.labels['{cluster.rack_topology_key}']"}}})
     env.extend(pool.template.get("env") or [])
     return env
 
