@@ -37,10 +37,8 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     _client = AsyncClient(field_manager=FIELD_MANAGER)
 
 
-@kopf.on.cleanup()
-async def close(**_: Any) -> None:
-    if _client is not None:
-        await _client.close()
+# The API client is not closed at cleanup: a timer still finishing would fail on it, and the
+# process ends right after.
 
 
 def _status_changed(new: dict[str, Any], old: Any) -> bool:
