@@ -57,9 +57,10 @@ kube-down:
 test-kube: install kube-deps
 	$(BIN)/pytest -m kube e2e/kube e2e/images
 
-## The broker image localhost/moldau-broker:<version>, into the test bed's podman storage.
+## The images localhost/moldau-broker:<version> and localhost/moldau-operator:<version>, into
+## the test bed's podman storage.
 images: install
-	bash e2e/images/build.sh
+	bash e2e/images/build.sh broker operator
 
 ## Start one broker on localhost:9092, data under ./data/broker (see README.md).
 run: install
