@@ -28,6 +28,7 @@ from e2e.support import (
     unique,
     with_offsets,
 )
+from moldau.client import Admin
 
 pytestmark = pytest.mark.kube
 
@@ -50,7 +51,7 @@ def crd(kube: Cluster) -> Iterator[None]:
 @pytest.fixture(scope="module")
 def storage_class(kube: Cluster) -> Iterator[str]:
     name = unique("mkc-local")
-    with local_volumes(kube, name, count=4):
+    with local_volumes(kube, name, count=10):
         yield name
 
 
@@ -75,11 +76,11 @@ def operator(kube: Cluster, namespace: str, image: str,
 
 
 def cluster_manifest(name: str, storage_class: str, brokers: int = 1,
-                     config: dict | None = None) -> dict:
+                     config: dict | None = None, controllers: int = 1) -> dict:
     return {"apiVersion": "moldau.io/v1alpha1", "kind": "KafkaCluster",
             "metadata": {"name": name},
             "spec": {"nodePools": [
-                {"name": "controllers", "roles": ["controller"], "replicas": 1,
+                {"name": "controllers", "roles": ["controller"], "replicas": controllers,
                  "storage": {"size": "100Mi", "storageClassName": storage_class}},
                 {"name": "brokers", "roles": ["broker"], "replicas": brokers,
                  "storage": {"size": "100Mi", "storageClassName": storage_class}}],
@@ -253,7 +254,7 @@ def test_a_pools_storage_class_cannot_change(kube: Cluster, namespace: str) -> N
 
 def test_deleting_the_cluster_removes_what_it_owns_but_keeps_the_claims(
         kube: Cluster, namespace: str, operator: OperatorProcess) -> None:
-    claims = kube.get_json("-n", namespace, "pvc")["items"]
+    claims = kube.get_json("-n", namespace, "pvc", "-l", "moldau.io/cluster=kc")["items"]
     assert len(claims) == 3
     kube.kubectl("-n", namespace, "delete", "kafkacluster", "kc", "--wait=true", timeout=180)
 
@@ -262,9 +263,45 @@ def test_deleting_the_cluster_removes_what_it_owns_but_keeps_the_claims(
                              "-l", "moldau.io/cluster=kc")["items"] == []
 
     poll(owned_gone, 180, "the cluster's objects to be deleted")
-    kept = kube.get_json("-n", namespace, "pvc")["items"]
+    kept = kube.get_json("-n", namespace, "pvc", "-l", "moldau.io/cluster=kc")["items"]
     assert sorted(c["metadata"]["name"] for c in kept) == \
         sorted(c["metadata"]["name"] for c in claims)
+
+
+def test_three_controllers_and_three_brokers_survive_a_deleted_broker_pod(
+        kube: Cluster, namespace: str, storage_class: str, operator: OperatorProcess) -> None:
+    started = time.monotonic()
+    kube.apply(json.dumps(cluster_manifest("big", storage_class, brokers=3, controllers=3,
+                                           config={"default.replication.factor": "3"})),
+               namespace)
+    found = wait_ready(kube, namespace, "big", brokers="3/3")
+    print(f"kubectl apply to Ready (3 controllers + 3 brokers): "
+          f"{time.monotonic() - started:.1f} s")
+    assert found["quorum"]["voters"] == [0, 1, 2]
+    assert found["controllers"] == 3
+    install(TESTBED_DNS)
+    bootstrap = f"big-bootstrap.{namespace}.svc:9092"
+    topic = unique("big")
+    with Admin({"bootstrap.servers": bootstrap}) as admin:
+        admin.create_topic(topic, 1, 3)
+    records = make_records(20)
+    kp_produce(bootstrap, topic, records, acks="all")
+
+    # A broker pod deleted by hand comes back on its claim and rejoins the ISR.
+    claim = kube.get_json("-n", namespace, "pvc", "data-big-brokers-1")["metadata"]["uid"]
+    kube.kubectl("-n", namespace, "delete", "pod", "big-brokers-1", "--wait=true")
+    wait_ready(kube, namespace, "big", brokers="3/3")
+    assert kube.get_json("-n", namespace, "pvc", "data-big-brokers-1")["metadata"]["uid"] \
+        == claim
+
+    def full_isr() -> bool:
+        with Admin({"bootstrap.servers": bootstrap}) as admin:
+            described = admin.describe_topics([topic])[topic]
+            return all(len(p.isr) == 3 for p in described.partitions)
+
+    poll(full_isr, 120, "broker 101 back in the ISR")
+    assert_records_equal(kp_consume_all(bootstrap, topic), with_offsets(records))
+    kube.kubectl("-n", namespace, "delete", "kafkacluster", "big", "--wait=true", timeout=180)
 
 
 def test_the_operator_counts_its_reconciles(operator: OperatorProcess) -> None:
