@@ -210,6 +210,8 @@ def test_specs_the_schema_lets_through_are_refused_with_a_reason(change: dict,
     assert message in str(raised.value).split("; ")
 
 
-def test_pod_names_must_stay_dns_labels() -> None:
-    with pytest.raises(SpecError, match="longer than 63 characters"):
-        cluster(name="c" * 60)
+def test_statefulset_names_leave_room_for_the_revision_label() -> None:
+    cluster(name="c" * (52 - len("-controllers")))
+    with pytest.raises(SpecError, match="StatefulSet name 'c+-controllers' is longer than 52 "
+                                        "characters: shorten the cluster or pool name"):
+        cluster(name="c" * (53 - len("-controllers")))

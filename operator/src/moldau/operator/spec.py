@@ -22,8 +22,9 @@ HTTP_PORT = 9404
 RESERVED_PORTS = {CONTROLLER_PORT: "the controller listener",
                   REPLICATION_PORT: "the replication listener",
                   HTTP_PORT: "metrics and health"}
-# Kubernetes names: pods `<cluster>-<pool>-<ordinal>` must stay DNS labels (63 characters).
-MAX_POD_NAME = 63
+# A StatefulSet `<cluster>-<pool>` labels its pods `controller-revision-hash=<name>-<10
+# characters>`, and label values stop at 63 characters.
+MAX_STATEFULSET_NAME = 52
 
 
 class SpecError(ValueError):
@@ -153,9 +154,9 @@ def spec_problems(cluster: ClusterSpec) -> list[str]:
     if sum(pool.replicas for pool in cluster.controller_pools) == 0 and cluster.controller_pools:
         problems.append("the controller pools have no replicas: the quorum needs one")
     for pool in cluster.pools:
-        longest = f"{cluster.name}-{pool.name}-{max(pool.replicas - 1, 0)}"
-        if len(longest) > MAX_POD_NAME:
-            problems.append(f"pod name {longest!r} is longer than {MAX_POD_NAME} characters: "
-                            "shorten the cluster or pool name")
+        name = f"{cluster.name}-{pool.name}"
+        if len(name) > MAX_STATEFULSET_NAME:
+            problems.append(f"StatefulSet name {name!r} is longer than {MAX_STATEFULSET_NAME} "
+                            "characters: shorten the cluster or pool name")
     problems.extend(config_problems(cluster.config))
     return problems
