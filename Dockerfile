@@ -1,6 +1,7 @@
 # Moldau's images, one target each. Build with e2e/images/build.sh (make images), which puts
 # the wheels of Moldau and of its dependencies into wheels/ first: nothing is fetched here.
 #   podman build --format docker --target broker -t moldau-broker .
+#   podman build --format docker --target operator -t moldau-operator .
 ARG BASE_IMAGE=python:3.11-slim
 
 # Everything the images share: a virtual environment of Moldau's client and the runtime user.
@@ -19,6 +20,8 @@ ENV PATH=/opt/moldau/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 
 # The broker: `moldau broker --container` as PID 1 (it stops cleanly on SIGTERM).
 FROM runtime AS broker
+# The digest of Moldau's wheels: a changed wheel must not reuse the cached install layer.
+ARG MOLDAU_WHEELS=none
 RUN --mount=type=bind,source=wheels,target=/wheels \
     /opt/moldau/bin/python /wheels/pip/pip.whl/pip install --no-cache-dir --no-compile \
         --no-index --find-links /wheels moldau-broker
@@ -30,3 +33,17 @@ VOLUME ["/var/lib/moldau"]
 HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \
     CMD ["python3", "-c", "import urllib.request as u; u.urlopen('http://127.0.0.1:9404/livez', timeout=2)"]
 ENTRYPOINT ["moldau", "broker", "--container"]
+
+# The operator: `moldau operator` as PID 1 (it stops cleanly on SIGTERM). It needs no volume.
+FROM runtime AS operator
+ARG MOLDAU_WHEELS=none
+RUN --mount=type=bind,source=wheels,target=/wheels \
+    /opt/moldau/bin/python /wheels/pip/pip.whl/pip install --no-cache-dir --no-compile \
+        --no-index --find-links /wheels moldau-operator
+USER 1001
+WORKDIR /var/lib/moldau
+# 8080: /metrics and /healthz.
+EXPOSE 8080
+HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \
+    CMD ["python3", "-c", "import urllib.request as u; u.urlopen('http://127.0.0.1:8080/healthz', timeout=2)"]
+ENTRYPOINT ["moldau", "operator"]

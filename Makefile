@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 UV_VERSION := 0.13.8
 # uv installs the workspace; it reads the platform's CA certificates like pip does.
 UV := UV_SYSTEM_CERTS=1 $(BIN)/uv
-COMPONENTS := client broker
+COMPONENTS := client broker operator
 
 .PHONY: install lock tools kafka-deps run test lint fmt docs clean kube-deps kube-up kube-down test-kube images \
 	helm-deps chart chart-sync
@@ -77,9 +77,10 @@ kube-down:
 test-kube: install kube-deps
 	$(BIN)/pytest -m kube e2e/kube e2e/images
 
-## The broker image localhost/moldau-broker:<version>, into the test bed's podman storage.
+## The images localhost/moldau-broker:<version> and localhost/moldau-operator:<version>, into
+## the test bed's podman storage.
 images: install
-	bash e2e/images/build.sh
+	bash e2e/images/build.sh broker operator
 
 ## Start one broker on localhost:9092, data under ./data/broker (see README.md).
 run: install
@@ -115,4 +116,4 @@ bench: install kafka-deps
 .PHONY: kafka-config-names
 kafka-config-names: kafka-deps
 	java -cp "$$(bash java/fetch-kafka.sh | tail -n 1)/lib/*" \
-		java/tools/KafkaBrokerConfigNames.java > broker/src/moldau/broker/kafka_broker_configs.txt
+		java/tools/KafkaBrokerConfigNames.java > client/src/moldau/client/kafka_broker_configs.txt

@@ -143,6 +143,14 @@ def test_cluster_and_log_dirs(admin, module_broker):
     assert log_dir.replicas[TopicPartition(topic, 1)].size == 0
 
 
+def test_describe_metadata_quorum_names_the_leader_and_voters(admin):
+    quorum = admin.describe_metadata_quorum()
+    assert quorum.leader_id == NODE_ID
+    assert quorum.leader_epoch >= 1
+    assert [v.replica_id for v in quorum.voters] == [NODE_ID]
+    assert quorum.voters[0].log_end_offset >= quorum.high_watermark > 0
+
+
 def test_delete_records_and_list_offsets(admin, module_broker):
     topic = unique("admin-records")
     admin.create_topic(topic, 1)

@@ -95,11 +95,11 @@ def test_unknown_setting_suggests_a_close_known_one(name, message):
 def test_kafka_key_list_comes_from_the_pinned_release():
     from importlib import resources
 
-    from moldau.broker.config import KAFKA_BROKER_KEYS_FILE, kafka_broker_keys
+    from moldau.config import KAFKA_BROKER_KEYS_FILE, kafka_broker_keys
 
     pom = (Path(__file__).parents[2] / "java" / "pom.xml").read_text()
     version = re.search(r"<kafka\.version>([^<]+)<", pom).group(1)
-    header = resources.files("moldau.broker").joinpath(KAFKA_BROKER_KEYS_FILE).read_text()
+    header = resources.files("moldau.client").joinpath(KAFKA_BROKER_KEYS_FILE).read_text()
     assert header.startswith(f"# Every setting Apache Kafka {version}'s broker defines")
     # Every Moldau setting Kafka also has is in the list, under the same name.
     assert {"log.dirs", "node.id", "metadata.log.dir"} <= kafka_broker_keys()

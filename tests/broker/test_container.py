@@ -3,7 +3,20 @@ the defaults that make a broker in a pod reachable."""
 
 from __future__ import annotations
 
-from moldau.broker.container import container_defaults, ordinal, properties_from_env
+import os
+import subprocess
+import sys
+
+import pytest
+
+from moldau.broker.container import (
+    NODE_ID_OFFSET_ENV,
+    container_defaults,
+    container_settings,
+    node_id_offset,
+    ordinal,
+    properties_from_env,
+)
 
 
 def test_kafka_variables_become_properties_as_in_kafkas_image() -> None:
@@ -33,3 +46,30 @@ def test_defaults_listen_everywhere_and_advertise_the_dns_name() -> None:
         "PLAINTEXT://moldau-0.moldau.kafka.svc.cluster.local:9092")
     assert defaults["http.listener"] == "http://0.0.0.0:9404"
     assert defaults["log.dirs"] == "/var/lib/moldau"
+
+
+def test_a_node_pool_offset_is_added_to_the_ordinal() -> None:
+    assert container_defaults("kc-brokers-2", "x", node_id_offset=100)["node.id"] == "102"
+    assert node_id_offset({NODE_ID_OFFSET_ENV: "200"}) == 200
+    assert node_id_offset({}) == 0
+    with pytest.raises(ValueError, match="MOLDAU_NODE_ID_OFFSET must be a whole number"):
+        node_id_offset({NODE_ID_OFFSET_ENV: "-1"})
+
+
+def test_the_config_file_wins_over_the_defaults_and_kafka_variables_over_both() -> None:
+    settings = container_settings(
+        {"KAFKA_NUM_PARTITIONS": "3", NODE_ID_OFFSET_ENV: "0"},
+        configured=["listeners", "num.partitions"])
+    assert "listeners" not in settings
+    assert settings["num.partitions"] == "3"
+    assert settings["log.dirs"] == "/var/lib/moldau"
+
+
+def test_the_broker_command_names_a_bad_offset_in_one_line(tmp_path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "moldau.cli", "broker", "--container"],
+        env={**os.environ, NODE_ID_OFFSET_ENV: "x"}, capture_output=True, text=True,
+        timeout=60, cwd=tmp_path)
+    assert done.returncode != 0
+    assert done.stderr.strip() == ("moldau broker: MOLDAU_NODE_ID_OFFSET must be a whole "
+                                   "number, not 'x'")

@@ -7,10 +7,23 @@ and rejects unknown keys and bad values with a message that names the key.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
+from importlib import resources
 from typing import Any
+
+# Every setting Kafka's broker defines, generated from Kafka itself (`make kafka-config-names`);
+# it ships with the client so that the broker and the operator check keys against one list.
+KAFKA_BROKER_KEYS_FILE = "kafka_broker_configs.txt"
+
+
+@functools.cache
+def kafka_broker_keys() -> frozenset[str]:
+    text = resources.files("moldau.client").joinpath(KAFKA_BROKER_KEYS_FILE).read_text("ascii")
+    return frozenset(line.strip() for line in text.splitlines()
+                     if line.strip() and not line.startswith("#"))
 
 
 class ConfigError(ValueError):

@@ -14,9 +14,15 @@ def _broker(args: argparse.Namespace) -> int:
         import os
 
         from moldau.broker.container import container_settings
+        from moldau.properties import load_properties
 
-        # Before the command line's, so an --override still wins.
-        settings = container_settings(os.environ)
+        # The file's own settings win over the container defaults; KAFKA_* variables over
+        # both, and --override (after them) over everything.
+        try:
+            configured = load_properties(args.config) if args.config else {}
+            settings = container_settings(os.environ, configured)
+        except ValueError as exc:
+            raise SystemExit(f"moldau broker: {exc}") from None
         overrides = [f"{key}={value}" for key, value in settings.items()] + overrides
     return run(args.config, overrides, args.log_level)
 

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import difflib
-import functools
 import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
 from moldau.broker.log.config import (
@@ -27,6 +25,7 @@ from moldau.config import (
     ConfigType,
     at_least,
     between,
+    kafka_broker_keys,
     one_of,
 )
 from moldau.properties import load_properties
@@ -227,17 +226,6 @@ BROKER_CONFIG = ConfigDef([
               "How often transactional ids idle past transactional.id.expiration.ms are "
               "removed", at_least(1)),
 ])
-
-# Every setting Kafka's broker defines, generated from Kafka itself (`make kafka-config-names`).
-KAFKA_BROKER_KEYS_FILE = "kafka_broker_configs.txt"
-
-
-@functools.cache
-def kafka_broker_keys() -> frozenset[str]:
-    text = resources.files(__package__).joinpath(KAFKA_BROKER_KEYS_FILE).read_text("ascii")
-    return frozenset(line.strip() for line in text.splitlines()
-                     if line.strip() and not line.startswith("#"))
-
 
 def split_known(raw: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     """Moldau's own settings, and those only Kafka defines (accepted, not applied yet).

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import socket
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 ENV_PREFIX = "KAFKA_"
 # Variables Kafka's start scripts read for the JVM, never properties: a manifest written for
@@ -21,6 +21,9 @@ SCRIPT_VARIABLES = frozenset({
 })
 CLIENT_PORT = 9092
 DATA_DIR = "/var/lib/moldau"
+# Added to the StatefulSet ordinal: the first node id of the pod's node pool, so pools of one
+# cluster (each a StatefulSet counting from 0) never share an id.
+NODE_ID_OFFSET_ENV = "MOLDAU_NODE_ID_OFFSET"
 # A StatefulSet names its pods <set>-<ordinal>.
 _ORDINAL = re.compile(r"-(\d+)$")
 
@@ -45,9 +48,9 @@ def ordinal(hostname: str) -> int | None:
     return int(match[1]) if match else None
 
 
-def container_defaults(hostname: str, fqdn: str) -> dict[str, str]:
+def container_defaults(hostname: str, fqdn: str, node_id_offset: int = 0) -> dict[str, str]:
     """Listen on every interface, advertise the name others resolve (a pod's DNS name),
-    keep data in the volume, and take node.id from a StatefulSet ordinal."""
+    keep data in the volume, and take node.id from a StatefulSet ordinal (plus an offset)."""
     defaults = {
         "listeners": f"PLAINTEXT://0.0.0.0:{CLIENT_PORT}",
         "advertised.listeners": f"PLAINTEXT://{fqdn}:{CLIENT_PORT}",
@@ -56,12 +59,23 @@ def container_defaults(hostname: str, fqdn: str) -> dict[str, str]:
     }
     node = ordinal(hostname)
     if node is not None:
-        defaults["node.id"] = str(node)
+        defaults["node.id"] = str(node + node_id_offset)
     return defaults
 
 
-def container_settings(environ: Mapping[str, str]) -> dict[str, str]:
-    """The defaults, overridden by KAFKA_* variables."""
-    settings = container_defaults(socket.gethostname(), socket.getfqdn())
+def node_id_offset(environ: Mapping[str, str]) -> int:
+    text = environ.get(NODE_ID_OFFSET_ENV, "0").strip() or "0"
+    if not text.isdigit():
+        raise ValueError(f"{NODE_ID_OFFSET_ENV} must be a whole number, not {text!r}")
+    return int(text)
+
+
+def container_settings(environ: Mapping[str, str],
+                       configured: Iterable[str] = ()) -> dict[str, str]:
+    """The defaults for what the config file (`configured`: its keys) leaves unset,
+    overridden by KAFKA_* variables."""
+    defaults = container_defaults(socket.gethostname(), socket.getfqdn(),
+                                  node_id_offset(environ))
+    settings = {key: value for key, value in defaults.items() if key not in set(configured)}
     settings.update(properties_from_env(environ))
     return settings

@@ -36,6 +36,8 @@ from moldau.client.admin.types import (
     OffsetAndMetadata,
     PartitionDescription,
     PartitionReassignment,
+    QuorumInfo,
+    QuorumReplica,
     ReplicaInfo,
     ResourceType,
     TopicDescription,
@@ -69,6 +71,8 @@ _ZERO_UUID = uuid.UUID(int=0)
 _ELECT_LEADERS = ApiKey.ELECT_LEADERS
 _ALTER_PARTITION_REASSIGNMENTS = ApiKey.ALTER_PARTITION_REASSIGNMENTS
 _LIST_PARTITION_REASSIGNMENTS = ApiKey.LIST_PARTITION_REASSIGNMENTS
+# The KRaft metadata log: DescribeQuorum asks about its one partition.
+_METADATA_TOPIC = "__cluster_metadata"
 
 # Errors that mean "ask again, maybe elsewhere", not "this is the answer".
 _RETRY_ERRORS = frozenset({
@@ -576,6 +580,31 @@ class AsyncAdmin:
             nodes = tuple(Node(b.node_id, b.host, b.port, b.rack) for b in response.brokers)
             controller = next((n for n in nodes if n.node_id == response.controller_id), None)
             return ClusterDescription(response.cluster_id, controller, nodes)
+
+    async def describe_metadata_quorum(self, *, timeout: float | None = None) -> QuorumInfo:
+        """The metadata quorum: leader, epoch and each voter's and observer's progress.
+        Any broker answers (it forwards to the active controller), as for Kafka's
+        `kafka-metadata-quorum --bootstrap-server`."""
+        def replicas(entries: Any) -> tuple[QuorumReplica, ...]:
+            return tuple(QuorumReplica(r.replica_id, r.log_end_offset,
+                                       getattr(r, "last_fetch_timestamp", -1),
+                                       getattr(r, "last_caught_up_timestamp", -1))
+                         for r in entries)
+
+        def handle(response: Any, _node: int) -> QuorumInfo:
+            _check(response.error_code, getattr(response, "error_message", None),
+                   "describeMetadataQuorum")
+            partition = response.topics[0].partitions[0]
+            _check(partition.error_code, getattr(partition, "error_message", None),
+                   "describeMetadataQuorum")
+            return QuorumInfo(partition.leader_id, partition.leader_epoch,
+                              partition.high_watermark, replicas(partition.current_voters),
+                              replicas(partition.observers))
+
+        body = {"topics": [{"topic_name": _METADATA_TOPIC,
+                            "partitions": [{"partition_index": 0}]}]}
+        return await self._call("describeMetadataQuorum", self._any("describeMetadataQuorum"),
+                                ApiKey.DESCRIBE_QUORUM, body, handle, timeout=timeout)
 
     async def describe_log_dirs(self, broker_ids: Iterable[int] | None = None, *,
                                 timeout: float | None = None

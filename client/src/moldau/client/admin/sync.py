@@ -20,6 +20,7 @@ from moldau.client.admin.types import (
     NewTopic,
     OffsetAndMetadata,
     PartitionReassignment,
+    QuorumInfo,
     TopicDescription,
 )
 from moldau.client.errors import KafkaError
@@ -127,6 +128,9 @@ class Admin:
 
     def describe_cluster(self, *, timeout: float | None = None) -> ClusterDescription:
         return self._thread.run(self._core.describe_cluster(timeout=timeout))
+
+    def describe_metadata_quorum(self, *, timeout: float | None = None) -> QuorumInfo:
+        return self._thread.run(self._core.describe_metadata_quorum(timeout=timeout))
 
     def describe_log_dirs(self, broker_ids: Iterable[int] | None = None, *,
                           timeout: float | None = None

@@ -129,6 +129,27 @@ class ClusterDescription:
 
 
 @dataclass(frozen=True)
+class QuorumReplica:
+    """A voter or observer of the metadata quorum as the leader sees it (-1: unknown)."""
+
+    replica_id: int
+    log_end_offset: int
+    last_fetch_timestamp: int = -1
+    last_caught_up_timestamp: int = -1
+
+
+@dataclass(frozen=True)
+class QuorumInfo:
+    """The KRaft metadata quorum (Kafka's Admin.describeMetadataQuorum)."""
+
+    leader_id: int
+    leader_epoch: int
+    high_watermark: int
+    voters: tuple[QuorumReplica, ...]
+    observers: tuple[QuorumReplica, ...]
+
+
+@dataclass(frozen=True)
 class GroupListing:
     group_id: str
     protocol_type: str

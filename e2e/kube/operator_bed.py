@@ -1,0 +1,136 @@
+"""What the operator's end-to-end tests set up on a Kubernetes cluster: the broker image in the
+node's containerd, the CRD, local volumes, and the operator as a process on this host."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+from e2e.images.podman import build_image, podman
+from e2e.kube.cluster_names import SERVER_ENV
+from e2e.kube.testbed import Cluster, run_dir
+from e2e.support import free_port, wait_until
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+CRD = REPO / "crds" / "moldau.io_kafkaclusters.yaml"
+# The test bed's CoreDNS (lib.sh's NODE_IP): it answers for cluster names.
+TESTBED_DNS = "10.250.0.1"
+
+
+def broker_image(kube: Cluster) -> str:
+    """The broker image, built here and imported into the test bed's containerd; on a
+    cluster of one's own, MOLDAU_KUBE_BROKER_IMAGE names an image it can pull."""
+    if not kube.owned:
+        return os.environ.get("MOLDAU_KUBE_BROKER_IMAGE", "localhost/moldau-broker:0.1.0")
+    done = build_image()
+    assert done.returncode == 0, done.stdout + done.stderr
+    tag = done.stdout.strip().splitlines()[-1]
+    with tempfile.TemporaryDirectory() as scratch:
+        archive = Path(scratch) / "broker.tar"
+        podman("save", "--format", "docker-archive", "-o", str(archive), tag, timeout=300)
+        subprocess.run(["ctr", "--address", str(run_dir() / "containerd" / "containerd.sock"),
+                        "-n", "k8s.io", "images", "import", str(archive)],
+                       check=True, capture_output=True, timeout=300)
+    return tag
+
+
+@contextlib.contextmanager
+def crd_installed(kube: Cluster) -> Iterator[None]:
+    kube.kubectl("apply", "--server-side", "-f", str(CRD))
+    kube.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                 "crd/kafkaclusters.moldau.io")
+    try:
+        yield
+    finally:
+        kube.kubectl("delete", "-f", str(CRD), "--ignore-not-found", "--wait=true",
+                     timeout=300)
+
+
+@contextlib.contextmanager
+def local_volumes(kube: Cluster, storage_class: str, count: int) -> Iterator[None]:
+    """`count` hostPath volumes of their own storage class, writable by the broker's user,
+    deleted afterwards with their folders."""
+    root = Path(tempfile.mkdtemp(prefix=f"{storage_class}-"))
+    root.chmod(0o755)
+    items = [{"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+              "metadata": {"name": storage_class},
+              "provisioner": "kubernetes.io/no-provisioner",
+              "volumeBindingMode": "WaitForFirstConsumer"}]
+    for i in range(count):
+        folder = root / f"pv{i}"
+        folder.mkdir()
+        folder.chmod(0o777)
+        items.append({"apiVersion": "v1", "kind": "PersistentVolume",
+                      "metadata": {"name": f"{storage_class}-{i}",
+                                   "labels": {"moldau.io/e2e": storage_class}},
+                      "spec": {"capacity": {"storage": "1Gi"},
+                               "accessModes": ["ReadWriteOnce"],
+                               "persistentVolumeReclaimPolicy": "Retain",
+                               "storageClassName": storage_class,
+                               "hostPath": {"path": str(folder), "type": "Directory"}}})
+    kube.apply(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    try:
+        yield
+    finally:
+        kube.kubectl("delete", "pv", "-l", f"moldau.io/e2e={storage_class}",
+                     "--ignore-not-found", "--wait=true", timeout=300)
+        kube.kubectl("delete", "storageclass", storage_class, "--ignore-not-found")
+        shutil.rmtree(root, ignore_errors=True)
+
+
+class OperatorProcess:
+    """`moldau operator` on this host against the cluster's kubeconfig."""
+
+    def __init__(self, kube: Cluster, namespace: str, image: str, log: Path) -> None:
+        self.port = free_port()
+        self.log = log
+        env = {**os.environ, "KUBECONFIG": str(kube.kubeconfig),
+               "MOLDAU_BROKER_IMAGE": image,
+               # The operator reaches brokers by their cluster names.
+               SERVER_ENV: os.environ.get(SERVER_ENV, TESTBED_DNS),
+               "PYTHONPATH": os.pathsep.join([str(HERE / "cluster_dns"), str(REPO)])}
+        self._out = log.open("ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "moldau.cli", "operator", "--standalone",
+             "--namespace", namespace, "--http-port", str(self.port)],
+            env=env, stdout=self._out, stderr=subprocess.STDOUT)
+        wait_until(lambda: self.get("/healthz") == 200, 60, "the operator's /healthz")
+
+    def get(self, path: str) -> int | None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}",
+                                        timeout=5) as answer:
+                return answer.status
+        except OSError:
+            return None
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics",
+                                    timeout=5) as answer:
+            return answer.read().decode()
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def stop(self) -> int | None:
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            code = self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            code = self.process.wait(timeout=30)
+        self._out.close()
+        return code
+
+    def tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])

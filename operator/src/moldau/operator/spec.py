@@ -1,0 +1,162 @@
+"""A KafkaCluster's spec as typed values, and the checks the CRD's schema cannot make.
+
+The API server already refuses what the schema and its CEL rules catch (types, enums,
+minimums, name patterns); `parse_spec` raises SpecError for the rest (a cluster without a
+controller, duplicate names, unknown config keys), whose message the status reports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from moldau.operator.config_keys import config_problems
+
+CONTROLLER = "controller"
+BROKER = "broker"
+# Ports the operator uses on every node; listeners may not take them.
+CONTROLLER_PORT = 9090
+REPLICATION_PORT = 9091
+HTTP_PORT = 9404
+RESERVED_PORTS = {CONTROLLER_PORT: "the controller listener",
+                  REPLICATION_PORT: "the replication listener",
+                  HTTP_PORT: "metrics and health"}
+# A StatefulSet `<cluster>-<pool>` labels its pods `controller-revision-hash=<name>-<10
+# characters>`, and label values stop at 63 characters.
+MAX_STATEFULSET_NAME = 52
+
+
+class SpecError(ValueError):
+    """The spec cannot be run; the message says why, for the status and the events."""
+
+
+@dataclass(frozen=True)
+class Storage:
+    size: str
+    storage_class: str | None = None
+    delete_claim: bool = False
+
+
+@dataclass(frozen=True)
+class NodePool:
+    name: str
+    roles: frozenset[str]
+    replicas: int
+    storage: Storage
+    resources: Mapping[str, Any] = field(default_factory=dict)
+    affinity: Mapping[str, Any] = field(default_factory=dict)
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    template: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_controller(self) -> bool:
+        return CONTROLLER in self.roles
+
+    @property
+    def is_broker(self) -> bool:
+        return BROKER in self.roles
+
+
+@dataclass(frozen=True)
+class Listener:
+    name: str
+    port: int
+    type: str  # internal | nodeport | loadbalancer
+
+    @property
+    def kafka_name(self) -> str:
+        """Kafka's listener name: upper case (`plain` -> PLAIN)."""
+        return self.name.upper()
+
+    @property
+    def external(self) -> bool:
+        return self.type != "internal"
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    name: str
+    namespace: str
+    image: str
+    pools: tuple[NodePool, ...]
+    listeners: tuple[Listener, ...]
+    config: Mapping[str, str]
+    rack_topology_key: str | None = None
+    metrics: bool = True
+
+    @property
+    def controller_pools(self) -> tuple[NodePool, ...]:
+        return tuple(pool for pool in self.pools if pool.is_controller)
+
+    @property
+    def broker_pools(self) -> tuple[NodePool, ...]:
+        return tuple(pool for pool in self.pools if pool.is_broker)
+
+    def pool(self, name: str) -> NodePool:
+        return next(pool for pool in self.pools if pool.name == name)
+
+
+def _pool(raw: Mapping[str, Any]) -> NodePool:
+    storage = raw.get("storage") or {}
+    return NodePool(
+        name=raw["name"], roles=frozenset(raw.get("roles") or ()),
+        replicas=int(raw.get("replicas", 1)),
+        storage=Storage(size=str(storage.get("size", "1Gi")),
+                        storage_class=storage.get("storageClassName"),
+                        delete_claim=bool(storage.get("deleteClaim", False))),
+        resources=raw.get("resources") or {}, affinity=raw.get("affinity") or {},
+        tolerations=tuple(raw.get("tolerations") or ()), template=raw.get("template") or {})
+
+
+def _duplicates(values: list[Any]) -> list[Any]:
+    return sorted({value for value in values if values.count(value) > 1}, key=str)
+
+
+def parse_spec(name: str, namespace: str, spec: Mapping[str, Any],
+               default_image: str) -> ClusterSpec:
+    """The spec as typed values; SpecError (every problem, one per line) if it cannot run."""
+    pools = tuple(_pool(raw) for raw in spec.get("nodePools") or ())
+    listeners = tuple(Listener(raw["name"], int(raw["port"]), raw.get("type", "internal"))
+                      for raw in spec.get("listeners") or ())
+    config = {str(key): str(value) for key, value in (spec.get("config") or {}).items()}
+    cluster = ClusterSpec(
+        name=name, namespace=namespace, image=spec.get("image") or default_image,
+        pools=pools, listeners=listeners, config=config,
+        rack_topology_key=(spec.get("rack") or {}).get("topologyKey"),
+        metrics=bool((spec.get("metrics") or {}).get("enabled", True)))
+    problems = spec_problems(cluster)
+    if problems:
+        raise SpecError("; ".join(problems))
+    return cluster
+
+
+def spec_problems(cluster: ClusterSpec) -> list[str]:
+    problems = []
+    if not cluster.pools:
+        problems.append("no node pools: at least one is needed")
+    elif not cluster.controller_pools:
+        problems.append("no node pool has the controller role")
+    elif not cluster.broker_pools:
+        problems.append("no node pool has the broker role")
+    for pool in _duplicates([pool.name for pool in cluster.pools]):
+        problems.append(f"node pool name {pool!r} is used twice")
+    for listener in _duplicates([listener.name for listener in cluster.listeners]):
+        problems.append(f"listener name {listener!r} is used twice")
+    for port in _duplicates([listener.port for listener in cluster.listeners]):
+        problems.append(f"listener port {port} is used twice")
+    for listener in cluster.listeners:
+        if listener.port in RESERVED_PORTS:
+            problems.append(f"listener {listener.name!r}: port {listener.port} is taken by "
+                            f"{RESERVED_PORTS[listener.port]}")
+    if cluster.broker_pools and all(listener.external for listener in cluster.listeners):
+        problems.append("no internal listener: clients in the cluster need one")
+    if sum(pool.replicas for pool in cluster.controller_pools) == 0 and cluster.controller_pools:
+        problems.append("the controller pools have no replicas: the quorum needs one")
+    for pool in cluster.pools:
+        name = f"{cluster.name}-{pool.name}"
+        if len(name) > MAX_STATEFULSET_NAME:
+            problems.append(f"StatefulSet name {name!r} is longer than {MAX_STATEFULSET_NAME} "
+                            "characters: shorten the cluster or pool name")
+    problems.extend(config_problems(cluster.config))
+    return problems

@@ -1,0 +1,124 @@
+"""The KafkaCluster status, composed from what was observed (pure): phase, conditions with
+reasons, observedGeneration, listener bootstrap addresses, cluster id, quorum, per-node
+state, and each pool's node id range (which keeps node ids stable)."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from moldau.operator import naming
+from moldau.operator.clusterstate import Assessment, Observed
+from moldau.operator.spec import ClusterSpec
+
+CONDITION_TYPES = ("Ready", "Reconciling", "Degraded")
+
+
+@dataclass(frozen=True)
+class PodState:
+    name: str
+    ready: bool
+
+
+def bootstrap_addresses(cluster: ClusterSpec) -> list[dict[str, Any]]:
+    """Internal listeners first: the printer column shows the first."""
+    service = f"{naming.bootstrap_service(cluster)}.{cluster.namespace}.svc"
+    result = []
+    for listener in sorted(cluster.listeners, key=lambda item: item.external):
+        entry: dict[str, Any] = {"name": listener.name, "type": listener.type}
+        if not listener.external:
+            entry["bootstrapServers"] = f"{service}:{listener.port}"
+        result.append(entry)
+    return result
+
+
+def node_ids(cluster: ClusterSpec, bases: Mapping[str, int], broker: bool) -> frozenset[int]:
+    pools = cluster.broker_pools if broker else cluster.controller_pools
+    return frozenset(bases[pool.name] + i for pool in pools for i in range(pool.replicas))
+
+
+def nodes(cluster: ClusterSpec, bases: Mapping[str, int], pods: Mapping[str, PodState],
+          observed: Observed | None) -> list[dict[str, Any]]:
+    result = []
+    for pool in cluster.pools:
+        for ordinal in range(pool.replicas):
+            node_id = bases[pool.name] + ordinal
+            name = naming.pod(cluster, pool, ordinal)
+            pod = pods.get(name)
+            entry: dict[str, Any] = {"nodeId": node_id, "pod": name, "pool": pool.name,
+                                     "roles": sorted(pool.roles),
+                                     "podReady": bool(pod and pod.ready)}
+            if observed is not None:
+                if pool.is_broker:
+                    entry["registered"] = node_id in observed.brokers
+                if pool.is_controller:
+                    entry["voter"] = node_id in observed.voters
+                    entry["quorumLeader"] = node_id == observed.leader_id
+            result.append(entry)
+    return result
+
+
+def _condition(kind: str, status: bool, reason: str, message: str,
+               previous: Sequence[Mapping[str, Any]], now: str) -> dict[str, Any]:
+    """lastTransitionTime moves only when the status flips, so a settled cluster's status
+    does not change."""
+    text = "True" if status else "False"
+    old = next((c for c in previous if c.get("type") == kind), None)
+    since = old["lastTransitionTime"] if old and old.get("status") == text else now
+    return {"type": kind, "status": text, "reason": reason, "message": message,
+            "lastTransitionTime": since}
+
+
+def compose(cluster: ClusterSpec, generation: int, bases: Mapping[str, int],
+            pods: Mapping[str, PodState], observed: Observed | None, verdict: Assessment,
+            rolling: str | None, previous: Mapping[str, Any]) -> dict[str, Any]:
+    """The whole status. `rolling` names what the operator is still changing, if anything."""
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    old = previous.get("conditions") or []
+    brokers = node_ids(cluster, bases, broker=True)
+    ready_brokers = sum(1 for node in nodes(cluster, bases, pods, observed)
+                        if node.get("registered") and node["podReady"])
+    degraded = observed is not None and not verdict.ready and ready_brokers > 0
+    if verdict.ready:
+        phase = "Ready"
+    elif degraded:
+        phase = "Degraded"
+    else:
+        phase = "Pending"
+    status: dict[str, Any] = {
+        "phase": phase, "observedGeneration": generation,
+        "readyBrokers": f"{ready_brokers}/{len(brokers)}",
+        "controllers": len(node_ids(cluster, bases, broker=False)),
+        "listeners": bootstrap_addresses(cluster),
+        "nodes": nodes(cluster, bases, pods, observed),
+        "nodePools": [{"name": name, "nodeIdBase": base} for name, base in sorted(
+            bases.items(), key=lambda item: item[1])],
+        "conditions": [
+            _condition("Ready", verdict.ready, verdict.reason, verdict.message, old, now),
+            _condition("Reconciling", rolling is not None,
+                       "Rolling" if rolling else "Settled", rolling or "nothing to change",
+                       old, now),
+            _condition("Degraded", degraded, verdict.reason if degraded else "AsDesired",
+                       verdict.message if degraded else "every node as desired", old, now),
+        ],
+    }
+    if observed is not None:
+        status["clusterId"] = observed.cluster_id
+        status["quorum"] = {"leaderId": observed.leader_id, "leaderEpoch": observed.leader_epoch,
+                            "voters": sorted(observed.voters)}
+    elif previous.get("clusterId"):
+        status["clusterId"] = previous["clusterId"]
+    return status
+
+
+def invalid(generation: int, reason: str, message: str, previous: Mapping[str, Any]
+            ) -> dict[str, Any]:
+    """The status of a spec that cannot run: Ready False with the reason, nothing applied."""
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    old = previous.get("conditions") or []
+    return {"phase": "Failed", "observedGeneration": generation, "conditions": [
+        _condition("Ready", False, reason, message, old, now),
+        _condition("Reconciling", False, reason, "waiting for a spec that can run", old, now),
+        _condition("Degraded", False, reason, message, old, now)]}
