@@ -238,6 +238,10 @@ def _produce_parser(commands: Any) -> None:
                         help="how long to wait for metadata or memory (default: 60000)")
     parser.add_argument("--sync", action="store_true",
                         help="wait for each record's acknowledgement before the next")
+    parser.add_argument("--transactional-id", metavar="ID",
+                        help="send all lines of this run in one transaction, committed at "
+                             "the end of input; Ctrl-C or an error aborts it, so "
+                             "read_committed consumers see all of the lines or none")
     parser.set_defaults(run=run_command("produce", "main"))
 
 

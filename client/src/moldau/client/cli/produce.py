@@ -1,9 +1,12 @@
 """`moldau produce`: each line of standard input becomes one record, as with Kafka's
-console producer (its LineMessageReader properties included)."""
+console producer (its LineMessageReader properties included). With --transactional-id the
+lines of one run are one transaction: committed at the end of input, aborted on Ctrl-C or
+an error."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import sys
 from collections.abc import Callable
@@ -20,6 +23,9 @@ from moldau.client.cli.common import (
 from moldau.client.errors import KafkaError
 from moldau.client.producer import Producer
 from moldau.client.types import RecordMetadata
+
+# Seconds to abort a transaction after an error before giving up on it.
+ABORT_TIMEOUT = 10.0
 
 READER_PROPERTIES = {
     "parse.key": "false", "key.separator": "\t", "parse.headers": "false",
@@ -124,6 +130,22 @@ def _send_lines(producer: Producer, reader: LineReader, report: DeliveryReport,
             future.get()
 
 
+def _finish(producer: Producer, transactional: bool, interrupted: bool) -> None:
+    if not transactional:
+        producer.flush()
+    elif interrupted:
+        producer.abort_transaction()
+    else:
+        producer.commit_transaction()
+
+
+def _abort_quietly(producer: Producer) -> None:
+    """Abort the failed transaction now, so that read_committed consumers are not held up
+    until the coordinator times it out; a fatal error (e.g. fenced) leaves that to it."""
+    with contextlib.suppress(KafkaError):
+        producer.abort_transaction(ABORT_TIMEOUT)
+
+
 def main(args: argparse.Namespace) -> int:
     reader = LineReader(parse_pairs(args.property, "--property"))
     config: dict[str, Any] = dict(load_properties_file(args.producer_config))
@@ -135,28 +157,39 @@ def main(args: argparse.Namespace) -> int:
         config["acks"] = args.request_required_acks
     if args.max_block_ms is not None:
         config["max.block.ms"] = args.max_block_ms
+    transactional = args.transactional_id is not None
+    if transactional:
+        config["transactional.id"] = args.transactional_id
     report = DeliveryReport(args.topic)
     producer = Producer(config)
-    # Lines read before a bad one are still delivered. The first Ctrl-C stops reading and
-    # delivers what was already sent; a second one, or a client error, drops the rest.
+    # Lines read before a bad one are still delivered (in a transaction: closing the
+    # producer aborts it). The first Ctrl-C stops reading and delivers what was already
+    # sent (or aborts the transaction); a second one, or a client error, drops the rest.
     interrupted = False
     try:
+        if transactional:
+            producer.init_transactions()
+            producer.begin_transaction()
         try:
             _send_lines(producer, reader, report, args.sync)
         except KeyboardInterrupt:
             interrupted = report.quiet = True
-        producer.flush()
+        _finish(producer, transactional, interrupted)
     except (KafkaError, KeyboardInterrupt) as exc:
         interrupted = interrupted or isinstance(exc, KeyboardInterrupt)
         report.quiet = True
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the abort is under way already
+        if transactional and not interrupted:
+            _abort_quietly(producer)
         producer.close(0)
         if not interrupted:
             raise
     finally:
         producer.close()
     if interrupted:
-        if report.failures:
+        if transactional:
+            print("Interrupted: the transaction was aborted.", file=sys.stderr)
+        elif report.failures:
             print(f"Interrupted: {report.failures} records were not delivered.",
                   file=sys.stderr)
         return EXIT_INTERRUPTED
