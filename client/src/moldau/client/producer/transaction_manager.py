@@ -323,7 +323,7 @@ class TransactionManager:
             error = ProducerFencedError(
                 f"There is a newer producer with the same transactionalId "
                 f"{self.transactional_id} which fences the current one ({error})")
-        log.error("transactional id %s: fatal error: %s", self.transactional_id, error)
+        log.info("transactional id %s: fatal error: %s", self.transactional_id, error)
         self.last_error = error
         self.state = TxnState.FATAL_ERROR
 
