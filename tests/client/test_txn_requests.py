@@ -56,9 +56,11 @@ class Script:
             "error_code": 0, "error_message": None}]})
 
 
-def manager(state: TxnState) -> TransactionManager:
+def manager(state: TxnState, producer_id: int = -1) -> TransactionManager:
     tm = TransactionManager(TXN_ID, 30000)
     tm.state = state
+    if producer_id >= 0:
+        tm.set_producer_id(producer_id, 3)
     return tm
 
 
@@ -101,8 +103,7 @@ def test_init_retries_a_loading_coordinator_and_finds_a_moved_one_again() -> Non
 
 def test_partitions_are_added_in_one_request_and_retried_while_concurrent() -> None:
     async def scenario(broker: FakeBroker, network: NetworkClient) -> None:
-        tm = manager(TxnState.IN_TRANSACTION)
-        tm.set_producer_id(42, 3)
+        tm = manager(TxnState.IN_TRANSACTION, producer_id=42)
         script = Script(broker)
         partitions = [TopicPartition("a", 0), TopicPartition("a", 1), TopicPartition("b", 0)]
         task = asyncio.create_task(requests_for(tm, network).add_partitions(partitions))
@@ -132,8 +133,7 @@ def test_partitions_are_added_in_one_request_and_retried_while_concurrent() -> N
 
 def test_end_txn_uses_the_version_one_protocol_and_fencing_is_fatal() -> None:
     async def scenario(broker: FakeBroker, network: NetworkClient) -> None:
-        tm = manager(TxnState.COMMITTING_TRANSACTION)
-        tm.set_producer_id(42, 3)
+        tm = manager(TxnState.COMMITTING_TRANSACTION, producer_id=42)
         script = Script(broker)
         requests = requests_for(tm, network)
         task = asyncio.create_task(requests.end_transaction(commit=True))
