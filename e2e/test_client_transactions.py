@@ -178,8 +178,9 @@ def test_a_failed_send_makes_the_transaction_abortable_and_abort_recovers(bootst
         p.begin_transaction()
         p.send(topic, b"after")
         p.commit_transaction()
-    # The refused batch left nothing: the abort marker, "after" and its commit marker.
-    assert _end_offset(bootstrap, topic) == 3
+    # The refused batch left nothing: the abort marker, "after" and its commit marker (which
+    # the coordinator writes after answering EndTxn).
+    wait_until(lambda: _end_offset(bootstrap, topic) == 3, TIMEOUT, "the commit marker")
     assert ck_read(bootstrap, topic, "read_committed", 3) == [b"after"]
 
 

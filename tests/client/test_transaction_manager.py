@@ -82,8 +82,8 @@ def test_sends_need_an_initialized_producer_and_an_open_transaction() -> None:
                                                 "a call to init_transactions"):
         tm.maybe_add_partition(A)
     tm = ready_manager()
-    with pytest.raises(IllegalStateError, match="Cannot add partition a-0 to transaction "
-                                                "while in state READY"):
+    with pytest.raises(IllegalStateError, match=r"Cannot call send in state READY; call "
+                                                r"begin_transaction\(\) first"):
         tm.maybe_add_partition(A)
     with pytest.raises(IllegalStateError, match=r"Cannot send offsets if a transaction is "
                                                 r"not in progress \(currentState= READY\)"):

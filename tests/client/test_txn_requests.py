@@ -11,8 +11,10 @@ import pytest
 from fake_broker import FakeBroker, FakeRequest, metadata_response
 
 from moldau.client.errors import (
+    IllegalStateError,
     KafkaTimeoutError,
     ProducerFencedError,  # type: ignore[attr-defined]
+    UnknownProducerIdError,  # type: ignore[attr-defined]
 )
 from moldau.client.metadata import Metadata
 from moldau.client.network import NetworkClient
@@ -49,6 +51,19 @@ class Script:
             if request.api_key != ApiKey.METADATA:
                 return request
             await request.reply(metadata_response("fake", self.broker.port))
+
+    async def initialized(self, producer: AsyncProducer, error_code: int = 0) -> None:
+        """Run init_transactions() with this answer to its InitProducerId."""
+        init = asyncio.create_task(producer.init_transactions())
+        await self.coordinator()
+        await self.answer(ApiKey.INIT_PRODUCER_ID, {
+            "error_code": error_code, "producer_id": 42, "producer_epoch": 0})
+        await init
+
+    def assert_no_more_requests(self) -> None:
+        left = [self.broker.requests.get_nowait().api_key
+                for _ in range(self.broker.requests.qsize())]
+        assert set(left) <= {ApiKey.METADATA}, left
 
     async def coordinator(self) -> FakeRequest:
         return await self.answer(ApiKey.FIND_COORDINATOR, {"coordinators": [{
@@ -173,7 +188,67 @@ def test_a_timed_out_call_goes_on_and_calling_again_waits_for_it() -> None:
             assert p.transaction_manager is not None
             assert p.transaction_manager.state is TxnState.READY
             assert script.seen == [ApiKey.INIT_PRODUCER_ID]
-            left = [broker.requests.get_nowait().api_key
-                    for _ in range(broker.requests.qsize())]
-            assert set(left) <= {ApiKey.METADATA}, left
+            script.assert_no_more_requests()
+    run(scenario)
+
+
+def producer_on(broker: FakeBroker, **settings: Any) -> AsyncProducer:
+    return AsyncProducer({"bootstrap.servers": broker.address, "transactional.id": TXN_ID},
+                         **settings)
+
+
+def test_a_send_outside_a_transaction_fails_before_waiting_for_metadata() -> None:
+    async def scenario(broker: FakeBroker, _network: NetworkClient) -> None:
+        async with producer_on(broker, max_block_ms=30000) as p:  # metadata never comes
+            started = asyncio.get_running_loop().time()
+            with pytest.raises(IllegalStateError, match="before completing a call to "
+                                                        "init_transactions"):
+                await p.send("unknown-topic", b"v")
+            assert asyncio.get_running_loop().time() - started < 10
+    run(scenario)
+
+
+def test_a_failed_init_is_fatal_for_every_later_call() -> None:
+    async def scenario(broker: FakeBroker, _network: NetworkClient) -> None:
+        script = Script(broker)
+        async with producer_on(broker) as p:
+            with pytest.raises(UnknownProducerIdError) as first:
+                await script.initialized(p, ErrorCode.unknown_producer_id)
+            for call in (p.init_transactions, p.abort_transaction):
+                with pytest.raises(UnknownProducerIdError) as again:
+                    await call()
+                assert again.value is first.value
+    run(scenario)
+
+
+def test_sending_no_offsets_sends_no_request() -> None:
+    async def scenario(broker: FakeBroker, _network: NetworkClient) -> None:
+        script = Script(broker)
+        async with producer_on(broker) as p:
+            await script.initialized(p)
+            p.begin_transaction()
+            await p.send_offsets_to_transaction({}, "some-group")
+            await p.commit_transaction()  # nothing started on the coordinator: no EndTxn
+            assert p.transaction_manager is not None
+            assert p.transaction_manager.state is TxnState.READY
+            script.assert_no_more_requests()
+    run(scenario)
+
+
+@pytest.mark.parametrize("state, adds", [
+    (TxnState.IN_TRANSACTION, True), (TxnState.COMMITTING_TRANSACTION, True),
+    (TxnState.ABORTING_TRANSACTION, False),
+])
+def test_the_sender_adds_partitions_only_while_the_transaction_may_commit(
+        state: TxnState, adds: bool) -> None:
+    async def scenario(broker: FakeBroker, _network: NetworkClient) -> None:
+        p = producer_on(broker)
+        tm = p.transaction_manager
+        assert tm is not None
+        tm.state = TxnState.IN_TRANSACTION
+        tm.maybe_add_partition(TopicPartition("a", 0))
+        tm.state = state
+        p.sender._run_transaction()
+        assert tm.adding_partitions is adds
+        await p.close(0)
     run(scenario)

@@ -117,6 +117,7 @@ class AsyncProducer:
             retry_backoff_max_ms=cfg["retry.backoff.max.ms"],
             request_timeout_ms=cfg["request.timeout.ms"]) \
             if self.transaction_manager is not None and cfg["transactional.id"] else None
+        self._txn_state = self.transaction_manager if self.transactions is not None else None
         # Transaction calls still running after their caller timed out, by name: calling
         # the same method again waits for the same call, as in Kafka's client.
         self._txn_calls: dict[str, asyncio.Task[Any]] = {}
@@ -267,6 +268,9 @@ class AsyncProducer:
             raise ClientClosedError("Cannot perform operation after producer has been closed")
         if self.sender.fatal_error is not None:
             raise self.sender.fatal_error
+        if self._txn_state is not None and \
+                self._txn_state.state is not TxnState.IN_TRANSACTION:
+            self._txn_state.check_send()  # before waiting for any metadata
         if key is not None and not (self._key_passthrough and type(key) is bytes):
             key = self._key_serializer(key)
         if value is not None and not (self._value_passthrough and type(value) is bytes):
@@ -495,7 +499,11 @@ class AsyncProducer:
 
     @staticmethod
     async def _initialize(tm: TransactionManager, requests: TxnRequests) -> None:
-        await requests.init_producer_id()
+        try:
+            await requests.init_producer_id()
+        except KafkaError as exc:
+            tm.fail_fatal(exc)  # as in Kafka's client: no way on without a producer id
+            raise
         tm.transition(TxnState.READY, "initialize transactions")
 
     def begin_transaction(self) -> None:
@@ -510,6 +518,9 @@ class AsyncProducer:
         only if it commits. `offsets` are the next offsets to read (last processed + 1);
         `group_metadata` is the consumer's group_metadata() (or a bare group id)."""
         tm, requests = self._txn()
+        if not offsets:  # nothing to commit: no request, as in Kafka's client
+            tm.check_in_transaction("send offsets")
+            return
         group = group_metadata if isinstance(group_metadata, ConsumerGroupMetadata) \
             else ConsumerGroupMetadata(group_metadata)
         normalized = {tp: om if isinstance(om, OffsetAndMetadata) else OffsetAndMetadata(om)

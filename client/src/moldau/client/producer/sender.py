@@ -31,13 +31,16 @@ from moldau.client.metadata import REFRESH_ERRORS, Metadata
 from moldau.client.network import NetworkClient
 from moldau.client.producer.accumulator import RecordAccumulator
 from moldau.client.producer.batch import ProducerBatch
-from moldau.client.producer.transaction_manager import TransactionManager
+from moldau.client.producer.transaction_manager import TransactionManager, TxnState
 from moldau.client.producer.txn_requests import TXN_V1_MAX, TxnRequests
 from moldau.client.types import TopicPartition
 from moldau.client.versions import ApiKey
 from moldau.errors import ErrorCode
 
 log = logging.getLogger("moldau.client.producer")
+
+# Partitions join a transaction only while it may still commit: never during an abort.
+ADDING_STATES = (TxnState.IN_TRANSACTION, TxnState.COMMITTING_TRANSACTION)
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -284,7 +287,8 @@ class Sender:
             assert tm.last_error is not None
             for batch in self.accumulator.abort_undrained(tm.last_error):
                 tm.on_failure(batch, tm.last_error)
-        elif tm.has_partitions_to_add() and (self._add_task is None or self._add_task.done()):
+        elif tm.state in ADDING_STATES and tm.has_partitions_to_add() and (
+                self._add_task is None or self._add_task.done()):
             self._add_task = asyncio.get_running_loop().create_task(
                 self._add_partitions(tm.take_partitions_to_add()),
                 name="moldau-add-partitions-to-txn")

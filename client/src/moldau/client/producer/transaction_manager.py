@@ -331,15 +331,21 @@ class TransactionManager:
     def has_error(self) -> bool:
         return self.state in (TxnState.ABORTABLE_ERROR, TxnState.FATAL_ERROR)
 
+    def check_send(self) -> None:
+        """Raise unless a record may be sent now: only inside a transaction."""
+        if self.state is TxnState.IN_TRANSACTION:
+            return
+        self.raise_if_error("send")
+        if self.state in (TxnState.UNINITIALIZED, TxnState.INITIALIZING):
+            raise IllegalStateError("Cannot perform a 'send' before completing a call to "
+                                    "init_transactions when transactions are enabled.")
+        raise IllegalStateError(f"Cannot call send in state {self.state}; call "
+                                f"begin_transaction() first")
+
     def maybe_add_partition(self, tp: TopicPartition) -> None:
         """Called for every record sent: the partition joins the transaction."""
         if self.state is not TxnState.IN_TRANSACTION:
-            self.raise_if_error("send")
-            if self.state in (TxnState.UNINITIALIZED, TxnState.INITIALIZING):
-                raise IllegalStateError("Cannot perform a 'send' before completing a call to "
-                                        "init_transactions when transactions are enabled.")
-            raise IllegalStateError(f"Cannot add partition {tp} to transaction while in "
-                                    f"state {self.state}; call begin_transaction() first")
+            self.check_send()
         if tp in self._partitions or tp in self._pending_partitions:
             return
         with self._lock:
