@@ -174,7 +174,12 @@ def test_a_failed_send_makes_the_transaction_abortable_and_abort_recovers(bootst
         assert too_large.exception() is not None
         with pytest.raises(TransactionAbortableError):
             p.send(topic, b"more")
+        tm = p.async_producer.transaction_manager
+        assert tm is not None
+        producer_id, epoch = tm.producer_id, tm.producer_epoch
         p.abort_transaction()
+        # The failed batch took sequence numbers: the coordinator gives the next epoch.
+        assert (tm.producer_id, tm.producer_epoch) == (producer_id, epoch + 1)
         p.begin_transaction()
         p.send(topic, b"after")
         p.commit_transaction()
