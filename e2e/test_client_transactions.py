@@ -200,6 +200,19 @@ def test_abort_fails_records_not_yet_sent(bootstrap: str) -> None:
         assert isinstance(pending.exception(), TransactionAbortedError)
 
 
+def test_close_aborts_an_open_transaction(bootstrap: str) -> None:
+    topic = unique("txn-close")
+    ck_create_topic(bootstrap, topic)
+    # A long transaction timeout: only the producer's abort can end it within the test.
+    with producer(bootstrap, unique("txn"), transaction_timeout_ms=600000) as p:
+        p.init_transactions()
+        p.begin_transaction()
+        p.send(topic, b"unfinished")
+        p.flush()
+    wait_until(lambda: _end_offset(bootstrap, topic) == 2, TIMEOUT, "the abort marker")
+    assert ck_read(bootstrap, topic, "read_committed", 2) == []
+
+
 def _committed(bootstrap: str, group: str, tp: TopicPartition) -> int | None:
     with Consumer({"bootstrap.servers": bootstrap, "group.id": group}) as reader:
         found = reader.committed([tp], timeout=30).get(tp)
