@@ -252,3 +252,15 @@ def test_the_sender_adds_partitions_only_while_the_transaction_may_commit(
         assert tm.adding_partitions is adds
         await p.close(0)
     run(scenario)
+
+
+def test_close_ends_calls_that_timed_out() -> None:
+    async def scenario(broker: FakeBroker, _network: NetworkClient) -> None:
+        p = producer_on(broker)  # FindCoordinator is never answered
+        with pytest.raises(KafkaTimeoutError):
+            await p.init_transactions(timeout=0.3)
+        (pending,) = p._txn_calls.values()
+        await p.close(0)
+        await asyncio.sleep(0)
+        assert pending.cancelled()
+    run(scenario)

@@ -202,6 +202,7 @@ class AsyncProducer(TransactionMethods):
             return
         if self.transactions is not None:
             self.transactions.closed = True
+            self._cancel_txn_calls()
         self.accumulator.close()
         self.sender.initiate_close()
         task = self.sender.task

@@ -174,6 +174,12 @@ class TransactionMethods:
             return abort()
         await self._txn_call("abort_transaction", "EndTxn", start, timeout)
 
+    def _cancel_txn_calls(self) -> None:
+        """Closing ends the calls that timed out and still retry in the background."""
+        for task in self._txn_calls.values():
+            task.cancel()
+        self._txn_calls.clear()
+
     async def _abort_on_close(self, timeout: float | None) -> None:
         """As Kafka's client does, a graceful close aborts an open transaction rather than
         leaving it to time out on the coordinator."""
