@@ -330,3 +330,43 @@ def test_cli_rejects_a_transactional_id_with_idempotence_off() -> None:
     assert proc.stderr.decode() == ("Error: Cannot set a transactional.id without also "
                                     "enabling idempotence.\n")
     assert time.monotonic() - started < 30
+
+
+def _committed_count(bootstrap: str, topic: str, expected: int) -> int:
+    """Records a read_committed Moldau consumer gets from the start, once it has
+    `expected` of them or has waited TIMEOUT seconds."""
+    tp = TopicPartition(topic, 0)
+    got = 0
+    with Consumer({"bootstrap.servers": bootstrap, "auto.offset.reset": "earliest",
+                   "isolation.level": "read_committed"}) as reader:
+        reader.assign([tp])
+        deadline = time.monotonic() + TIMEOUT
+        while got < expected and time.monotonic() < deadline:
+            got += len(list(reader.poll(0.5)))
+    return got
+
+
+def test_perf_produce_sends_in_transactions_of_the_given_duration(bootstrap: str) -> None:
+    topic = unique("txn-perf")
+    ck_create_topic(bootstrap, topic)
+    proc = subprocess.run([moldau_executable(), "perf", "produce", "--bootstrap-server",
+                           bootstrap, "--topic", topic, "--num-records", "3000",
+                           "--record-size", "50", "--throughput", "2000",
+                           "--transactional-id", unique("perf"),
+                           "--transaction-duration-ms", "300"],
+                          capture_output=True, timeout=180)
+    assert (proc.returncode, proc.stderr) == (0, b""), proc.stdout
+    assert b"3000 records sent" in proc.stdout
+    assert _committed_count(bootstrap, topic, 3000) == 3000
+    # At 2000 records/s, 300 ms transactions: several commit markers after the records.
+    wait_until(lambda: (_end_offset(bootstrap, topic) or 0) - 3000 >= 3, TIMEOUT,
+               "several commit markers")
+
+
+def test_perf_produce_refuses_a_transaction_duration_of_zero() -> None:
+    proc = subprocess.run([moldau_executable(), "perf", "produce", "--bootstrap-server",
+                           "127.0.0.1:9", "--topic", "t", "--num-records", "1",
+                           "--record-size", "1", "--throughput", "-1",
+                           "--transaction-duration-ms", "0"], capture_output=True, timeout=60)
+    assert (proc.returncode, proc.stderr) == (
+        1, b"Error: --transaction-duration-ms should be greater than zero.\n")

@@ -317,6 +317,13 @@ def _perf_parser(commands: Any) -> None:
                          help="shortcut for --producer-props bootstrap.servers=...")
     produce.add_argument("--reporting-interval", type=int, default=5000, metavar="MS",
                          help="progress line interval (default: 5000)")
+    produce.add_argument("--transactional-id", metavar="ID",
+                         help="send in transactions with this transactional id (default "
+                              "with --transaction-duration-ms: "
+                              "performance-producer-default-transactional-id)")
+    produce.add_argument("--transaction-duration-ms", type=int, metavar="MS",
+                         help="commit each transaction once it is this old (default with a "
+                              "transactional id: 3000)")
     produce.set_defaults(run=run_command("perf", "produce"))
 
     consume = kinds.add_parser(
