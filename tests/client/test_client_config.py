@@ -51,6 +51,18 @@ def test_idempotence_gives_way_to_conflicting_settings_unless_asked_for():
         parse_producer_config({**BOOT, "acks": "1", "enable.idempotence": True}, {})
 
 
+def test_a_transactional_id_needs_idempotence_as_in_kafka():
+    config = parse_producer_config(BOOT, {"transactional_id": "tx",
+                                          "transaction_timeout_ms": 5000})
+    assert (config["transactional.id"], config["transaction.timeout.ms"]) == ("tx", 5000)
+    assert config["enable.idempotence"] is True and config["acks"] == -1
+    for conflict in ({"acks": "1"}, {"enable.idempotence": False}):
+        with pytest.raises(ConfigError) as raised:
+            parse_producer_config({**BOOT, "transactional.id": "tx", **conflict}, {})
+        assert str(raised.value) == ("Cannot set a transactional.id without also enabling "
+                                     "idempotence.")
+
+
 def test_delivery_timeout_must_cover_linger_and_request_timeout():
     config = parse_producer_config({**BOOT, "request.timeout.ms": 200000}, {})
     assert config["delivery.timeout.ms"] == 200005

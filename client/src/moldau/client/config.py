@@ -86,8 +86,11 @@ PRODUCER_KEYS: list[ConfigKey] = [
     ConfigKey("metadata.max.idle.ms", L, 300000,
               "forget a topic's metadata when nothing was sent to it for this long",
               at_least(5000)),
-    ConfigKey("transactional.id", S, None, "transactions are not implemented yet"),
-    ConfigKey("transaction.timeout.ms", INT, 60000, "transaction timeout", at_least(1)),
+    ConfigKey("transactional.id", S, None,
+              "enables transactions (and requires idempotence); a second producer with the "
+              "same id fences this one"),
+    ConfigKey("transaction.timeout.ms", INT, 60000,
+              "the coordinator aborts a transaction left open this long", at_least(1)),
 ]
 
 CONSUMER_KEYS: list[ConfigKey] = [
@@ -183,9 +186,8 @@ def parse_producer_config(config: Mapping[str, Any] | None,
                           kind="producer")
     acks = str(parsed["acks"]).lower()
     parsed["acks"] = -1 if acks in ("all", "-1") else int(acks)
-    if parsed["transactional.id"] is not None:
-        raise ConfigError("Invalid value for configuration transactional.id: transactions are "
-                          "not implemented yet")
+    if parsed["transactional.id"] == "":
+        parsed["transactional.id"] = None
     # As in Kafka 3.0+, idempotence is on by default but quietly off when the user asks for
     # settings it cannot work with; asking for both explicitly is an error.
     conflict = None
@@ -200,6 +202,8 @@ def parse_producer_config(config: Mapping[str, Any] | None,
             raise ConfigError(f"Must set enable.idempotence to false or fix the conflict: "
                               f"{conflict} to use the idempotent producer.")
         parsed["enable.idempotence"] = False
+    if parsed["transactional.id"] is not None and not parsed["enable.idempotence"]:
+        raise ConfigError("Cannot set a transactional.id without also enabling idempotence.")
     minimum = parsed["linger.ms"] + parsed["request.timeout.ms"]
     if parsed["delivery.timeout.ms"] < minimum:
         if "delivery.timeout.ms" in explicit:

@@ -27,6 +27,7 @@ __all__ = [
     "ProtocolError",
     "RecordTooLargeError",
     "SerializationError",
+    "TransactionAbortedError",
     "WakeupError",
     "error_class",
     "error_for",
@@ -152,3 +153,8 @@ class WakeupError(_CodedError):
 
 class ConcurrentModificationError(IllegalStateError):
     """The consumer was used from a second thread while another was inside it."""
+
+
+class TransactionAbortedError(_CodedError):
+    """A record was still waiting to be sent when its transaction was aborted (Kafka's
+    TransactionAbortedException): it was never written."""

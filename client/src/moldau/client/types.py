@@ -42,3 +42,15 @@ class RecordMetadata(NamedTuple):
     @property
     def topic_partition(self) -> TopicPartition:
         return TopicPartition(self.topic, self.partition)
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMetadata:
+    """A consumer's group membership, as Kafka's ConsumerGroupMetadata: what a transactional
+    producer sends with the offsets it commits, so that the group coordinator rejects them
+    from a member the group has moved on from."""
+
+    group_id: str
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None

@@ -238,6 +238,10 @@ def _produce_parser(commands: Any) -> None:
                         help="how long to wait for metadata or memory (default: 60000)")
     parser.add_argument("--sync", action="store_true",
                         help="wait for each record's acknowledgement before the next")
+    parser.add_argument("--transactional-id", metavar="ID",
+                        help="send all lines of this run in one transaction, committed at "
+                             "the end of input; Ctrl-C or an error aborts it, so "
+                             "read_committed consumers see all of the lines or none")
     parser.set_defaults(run=run_command("produce", "main"))
 
 
@@ -313,6 +317,13 @@ def _perf_parser(commands: Any) -> None:
                          help="shortcut for --producer-props bootstrap.servers=...")
     produce.add_argument("--reporting-interval", type=int, default=5000, metavar="MS",
                          help="progress line interval (default: 5000)")
+    produce.add_argument("--transactional-id", metavar="ID",
+                         help="send in transactions with this transactional id (default "
+                              "with --transaction-duration-ms: "
+                              "performance-producer-default-transactional-id)")
+    produce.add_argument("--transaction-duration-ms", type=int, metavar="MS",
+                         help="commit each transaction once it is this old (default with a "
+                              "transactional id: 3000)")
     produce.set_defaults(run=run_command("perf", "produce"))
 
     consume = kinds.add_parser(

@@ -149,6 +149,53 @@ def _payloads(args: argparse.Namespace) -> list[bytes]:
     return [bytes(rng.randrange(65, 91) for _ in range(args.record_size))]
 
 
+# Kafka's ProducerPerformance defaults for its transactional mode.
+DEFAULT_TRANSACTIONAL_ID = "performance-producer-default-transactional-id"
+DEFAULT_TRANSACTION_DURATION_MS = 3000
+
+
+class Transactions:
+    """The records in transactions of at most `duration` seconds each, as Kafka's tool
+    runs them: a transaction begins with its first record and commits after the record
+    that finds it old enough; the last one commits at the end."""
+
+    def __init__(self, producer: Producer, duration: float) -> None:
+        self.producer = producer
+        self.duration = duration
+        self.started: float | None = None
+        producer.init_transactions()
+
+    def before_send(self, now: float) -> None:
+        if self.started is None:
+            self.producer.begin_transaction()
+            self.started = now
+
+    def after_send(self, now: float) -> None:
+        if self.started is not None and now - self.started >= self.duration:
+            self.finish()
+
+    def finish(self) -> None:
+        if self.started is not None:
+            self.producer.commit_transaction()
+            self.started = None
+
+
+def _transaction_duration(args: argparse.Namespace, config: dict[str, Any]) -> float | None:
+    """Seconds per transaction, None without transactions (which a transactional id in
+    the settings, --transactional-id or --transaction-duration-ms turns on)."""
+    if args.transactional_id:
+        config["transactional.id"] = args.transactional_id
+    if args.transaction_duration_ms is None and not config.get("transactional.id"):
+        return None
+    config.setdefault("transactional.id", DEFAULT_TRANSACTIONAL_ID)
+    duration_ms = args.transaction_duration_ms
+    if duration_ms is None:
+        duration_ms = DEFAULT_TRANSACTION_DURATION_MS
+    if duration_ms <= 0:
+        raise UsageError("--transaction-duration-ms should be greater than zero.")
+    return duration_ms / 1000
+
+
 def produce(args: argparse.Namespace) -> int:
     if args.num_records < 0:
         raise UsageError("--num-records must be zero or more")
@@ -159,11 +206,13 @@ def produce(args: argparse.Namespace) -> int:
     if not config.get("bootstrap.servers"):
         raise UsageError("Give the brokers with --bootstrap-server or "
                          "--producer-props bootstrap.servers=HOST:PORT")
+    duration = _transaction_duration(args, config)
     payloads = _payloads(args)
     single = payloads[0] if len(payloads) == 1 else None
     producer = Producer(config)
     clean = False
     try:
+        transactions = Transactions(producer, duration) if duration is not None else None
         stats = Stats(args.num_records, args.reporting_interval)
         throttler = Throttler(args.throughput, stats.start)
         send = producer.send
@@ -171,8 +220,14 @@ def produce(args: argparse.Namespace) -> int:
         clock = time.monotonic
         for index in range(args.num_records):
             payload = single if single is not None else random.choice(payloads)
+            if transactions is not None:
+                transactions.before_send(clock())
             send(topic, payload, callback=stats.callback(index, clock(), len(payload)))
+            if transactions is not None:
+                transactions.after_send(clock())
             throttler.pace(index + 1)
+        if transactions is not None:
+            transactions.finish()
         producer.flush()
         clean = True
     finally:

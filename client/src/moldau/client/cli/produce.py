@@ -1,9 +1,12 @@
 """`moldau produce`: each line of standard input becomes one record, as with Kafka's
-console producer (its LineMessageReader properties included)."""
+console producer (its LineMessageReader properties included). With --transactional-id the
+lines of one run are one transaction: committed at the end of input, aborted on Ctrl-C or
+an error."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import sys
 from collections.abc import Callable
@@ -19,7 +22,11 @@ from moldau.client.cli.common import (
 )
 from moldau.client.errors import KafkaError
 from moldau.client.producer import Producer
+from moldau.client.producer.transaction_manager import TxnState
 from moldau.client.types import RecordMetadata
+
+# Seconds to abort a transaction after an error before giving up on it.
+ABORT_TIMEOUT = 10.0
 
 READER_PROPERTIES = {
     "parse.key": "false", "key.separator": "\t", "parse.headers": "false",
@@ -124,6 +131,61 @@ def _send_lines(producer: Producer, reader: LineReader, report: DeliveryReport,
             future.get()
 
 
+def _produce_in_transaction(producer: Producer, reader: LineReader, report: DeliveryReport,
+                            sync: bool) -> int:
+    """Every line in one transaction, committed at the end of input. The first Ctrl-C
+    aborts it (or, if its commit has begun, waits for that); a second one leaves it to the
+    coordinator, which aborts it after transaction.timeout.ms. An error aborts it."""
+    begun = False
+    try:
+        try:
+            producer.init_transactions()
+            producer.begin_transaction()
+            begun = True
+            _send_lines(producer, reader, report, sync)
+            producer.commit_transaction()
+        except KeyboardInterrupt:
+            report.quiet = True
+            print(_end_after_interrupt(producer, begun), file=sys.stderr)
+            return EXIT_INTERRUPTED
+        except BaseException:
+            report.quiet = True
+            _abort_quietly(producer)
+            raise
+    except KeyboardInterrupt:
+        print("Interrupted: the transaction is left to its coordinator, which aborts it "
+              "after transaction.timeout.ms.", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # closing takes no more time
+        producer.close(0)
+    return EXIT_ERROR if report.failures else EXIT_OK
+
+
+def _end_after_interrupt(producer: Producer, begun: bool) -> str:
+    """End the transaction after Ctrl-C, which may come at any point of the run; the line
+    that says how it ended."""
+    tm = producer.async_producer.transaction_manager
+    assert tm is not None
+    if tm.state is TxnState.COMMITTING_TRANSACTION:
+        producer.commit_transaction()  # waits for the commit under way
+        return "Interrupted while committing: the transaction was committed."
+    if tm.state in (TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR,
+                    TxnState.ABORTING_TRANSACTION):
+        producer.abort_transaction()
+        return "Interrupted: the transaction was aborted."
+    if tm.state is TxnState.READY and begun:  # Ctrl-C just as the commit returned
+        return "Interrupted: the transaction was committed."
+    return "Interrupted before the transaction began."
+
+
+def _abort_quietly(producer: Producer) -> None:
+    """Abort the failed transaction now, so that read_committed consumers are not held up
+    until the coordinator times it out; a fatal error (e.g. fenced) leaves that to it."""
+    with contextlib.suppress(KafkaError, KeyboardInterrupt):
+        producer.abort_transaction(ABORT_TIMEOUT)
+
+
 def main(args: argparse.Namespace) -> int:
     reader = LineReader(parse_pairs(args.property, "--property"))
     config: dict[str, Any] = dict(load_properties_file(args.producer_config))
@@ -135,8 +197,12 @@ def main(args: argparse.Namespace) -> int:
         config["acks"] = args.request_required_acks
     if args.max_block_ms is not None:
         config["max.block.ms"] = args.max_block_ms
+    if args.transactional_id is not None:
+        config["transactional.id"] = args.transactional_id
     report = DeliveryReport(args.topic)
     producer = Producer(config)
+    if args.transactional_id is not None:
+        return _produce_in_transaction(producer, reader, report, args.sync)
     # Lines read before a bad one are still delivered. The first Ctrl-C stops reading and
     # delivers what was already sent; a second one, or a client error, drops the rest.
     interrupted = False

@@ -44,7 +44,7 @@ from moldau.client.errors import (
 from moldau.client.metadata import Metadata
 from moldau.client.network import NetworkClient
 from moldau.client.serialization import Deserializer, resolve_deserializer
-from moldau.client.types import TopicPartition
+from moldau.client.types import ConsumerGroupMetadata, TopicPartition
 
 log = logging.getLogger("moldau.client.consumer")
 
@@ -255,6 +255,15 @@ class AsyncConsumer:
     def subscription(self) -> set[str]:
         return set(self.subscriptions.topics) if self.subscriptions.has_auto_assignment \
             else set()
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """The group membership to pass to a transactional producer's
+        send_offsets_to_transaction()."""
+        self._ensure_open()
+        coordinator = self._require_group()
+        generation = coordinator.generation
+        return ConsumerGroupMetadata(coordinator.group_id, generation.generation_id,
+                                     generation.member_id, coordinator.group_instance_id)
 
     async def _invoke_listener(self, name: str, partitions: list[TopicPartition]) -> None:
         self.fetcher.clear_buffered(self.subscriptions.partitions())

@@ -25,7 +25,7 @@ from moldau.client.consumer.records import ConsumerRecord, ConsumerRecords
 from moldau.client.errors import ClientClosedError, ConcurrentModificationError
 from moldau.client.loop_thread import LoopThread
 from moldau.client.serialization import Deserializer
-from moldau.client.types import TopicPartition
+from moldau.client.types import ConsumerGroupMetadata, TopicPartition
 
 T = TypeVar("T")
 
@@ -166,6 +166,10 @@ class Consumer:
     def subscription(self) -> set[str]:
         with self._use():
             return self._call(self._core.subscription)
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        with self._use():
+            return self._call(self._core.group_metadata)
 
     def poll(self, timeout: float = 0.0, *, max_records: int | None = None
              ) -> ConsumerRecords:

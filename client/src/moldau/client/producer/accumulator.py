@@ -56,6 +56,9 @@ class RecordAccumulator:
                                                 retry_backoff_max_ms / 1000)
         self.delivery_timeout = delivery_timeout_ms / 1000
         self.tm = transaction_manager
+        # Set for a transactional producer: each record's partition joins the transaction.
+        self._txn = transaction_manager if transaction_manager is not None and \
+            transaction_manager.is_transactional else None
         self._lock = threading.Lock()
         self._batches: dict[TopicPartition, deque[ProducerBatch]] = {}
         self._incomplete: set[ProducerBatch] = set()
@@ -72,6 +75,8 @@ class RecordAccumulator:
                    value: bytes | None, headers: Headers | None, callback: Callback | None
                    ) -> RecordFuture | None:
         """Append to the partition's open batch; None when a new batch is needed."""
+        if self._txn is not None:
+            self._txn.maybe_add_partition(tp)
         with self._lock:
             if self.closed:
                 raise ClientClosedError("Producer closed while send in progress")
@@ -85,7 +90,8 @@ class RecordAccumulator:
                    callback: Callback | None) -> tuple[RecordFuture, bool]:
         """Append into a new batch on `buffer` (unless another thread opened a batch with
         room meanwhile). Returns the future and whether `buffer` was used; if not, the
-        caller gives it back to the pool."""
+        caller gives it back to the pool. (try_append for `tp` came first, so a
+        transaction has the partition already.)"""
         with self._lock:
             if self.closed:
                 raise ClientClosedError("Producer closed while send in progress")
@@ -165,10 +171,9 @@ class RecordAccumulator:
             if queue:
                 with self._lock:
                     first = queue[0] if queue else None
-                    if first is not None and not (first.attempts and first.retry_at > now):
+                    if first is not None and not (first.attempts and first.retry_at > now) \
+                            and (tm is None or tm.may_drain(first)):
                         if ready and size + first.size > max_size:
-                            break
-                        if tm is not None and not tm.may_drain(first):
                             break
                         queue.popleft()
                         first.close_for_appends()
@@ -256,6 +261,18 @@ class RecordAccumulator:
         """No more appends; everything queued becomes sendable at once."""
         with self._lock:
             self.closed = True
+
+    def abort_undrained(self, error: KafkaError) -> list[ProducerBatch]:
+        """Fail every batch still queued (not in flight); returns them."""
+        with self._lock:
+            queued = [batch for queue in self._batches.values() for batch in queue]
+            for queue in self._batches.values():
+                queue.clear()
+        for batch in queued:
+            batch.close_for_appends()
+            batch.fail(error)
+            self.deallocate(batch)
+        return queued
 
     def abort_batches(self, error: KafkaError) -> list[ProducerBatch]:
         """Fail every incomplete batch (forced close); returns them."""

@@ -37,7 +37,9 @@ from moldau.client.producer.batch import (
 from moldau.client.producer.buffer_pool import BufferPool
 from moldau.client.producer.partitioner import DefaultPartitioner, PartitionerFn, murmur2
 from moldau.client.producer.sender import Sender
-from moldau.client.producer.transaction_manager import TransactionManager
+from moldau.client.producer.transaction_manager import TransactionManager, TxnState
+from moldau.client.producer.transactions import TransactionMethods
+from moldau.client.producer.txn_requests import TxnRequests
 from moldau.client.serialization import Serializer, resolve_serializer, serialize_bytes
 from moldau.client.types import RecordMetadata, TopicPartition
 from moldau.records.batch import HEADER_SIZE, Compression
@@ -71,14 +73,15 @@ class _Pending:
         self.args = args
 
 
-class AsyncProducer:
+class AsyncProducer(TransactionMethods):
     """Kafka producer for asyncio.
 
     `config` uses Kafka's setting names (`{"bootstrap.servers": "host:9092", "acks": "all"}`);
     keyword arguments with underscores (`linger_ms=10`) are merged in. Keys and values are
     serialized by `key_serializer` / `value_serializer` ("bytes" (default: bytes or str),
     "str", "json" or a callable). `partitioner` is an optional
-    callable(topic, key_bytes, partition_count) -> partition.
+    callable(topic, key_bytes, partition_count) -> partition. With a `transactional.id`
+    the transaction methods of TransactionMethods apply (init_transactions() first).
     """
 
     def __init__(self, config: Mapping[str, Any] | None = None, *,
@@ -107,6 +110,15 @@ class AsyncProducer:
         self.transaction_manager = TransactionManager(
             cfg["transactional.id"], cfg["transaction.timeout.ms"]) \
             if cfg["enable.idempotence"] else None
+        self.transactions = TxnRequests(
+            self.transaction_manager, self.network, retry_backoff_ms=cfg["retry.backoff.ms"],
+            retry_backoff_max_ms=cfg["retry.backoff.max.ms"],
+            request_timeout_ms=cfg["request.timeout.ms"]) \
+            if self.transaction_manager is not None and cfg["transactional.id"] else None
+        self._txn_state = self.transaction_manager if self.transactions is not None else None
+        # Transaction calls still running after their caller timed out, by name: calling
+        # the same method again waits for the same call, as in Kafka's client.
+        self._txn_calls: dict[str, asyncio.Task[Any]] = {}
         codec = Compression.NAMES[cfg["compression.type"]]
         level = {Compression.GZIP: cfg["compression.gzip.level"],
                  Compression.ZSTD: cfg["compression.zstd.level"]}.get(codec)
@@ -123,7 +135,8 @@ class AsyncProducer:
                              retries=cfg["retries"],
                              delivery_timeout_ms=cfg["delivery.timeout.ms"],
                              retry_backoff_ms=cfg["retry.backoff.ms"],
-                             transaction_manager=self.transaction_manager)
+                             transaction_manager=self.transaction_manager,
+                             transactions=self.transactions)
         self._started = False
         self._closed = False
         self._metadata_task: asyncio.Task[None] | None = None
@@ -181,10 +194,15 @@ class AsyncProducer:
         (None: no limit) the remaining records fail instead."""
         if self._closed:
             return
+        if self._started and self.transactions is not None:
+            await self._abort_on_close(timeout)
         self._closed = True
         if not self._started:
             self.pool.close()
             return
+        if self.transactions is not None:
+            self.transactions.closed = True
+            self._cancel_txn_calls()
         self.accumulator.close()
         self.sender.initiate_close()
         task = self.sender.task
@@ -249,6 +267,9 @@ class AsyncProducer:
             raise ClientClosedError("Cannot perform operation after producer has been closed")
         if self.sender.fatal_error is not None:
             raise self.sender.fatal_error
+        if self._txn_state is not None and \
+                self._txn_state.state is not TxnState.IN_TRANSACTION:
+            self._txn_state.check_send()  # before waiting for any metadata
         if key is not None and not (self._key_passthrough and type(key) is bytes):
             key = self._key_serializer(key)
         if value is not None and not (self._value_passthrough and type(value) is bytes):

@@ -31,11 +31,16 @@ from moldau.client.metadata import REFRESH_ERRORS, Metadata
 from moldau.client.network import NetworkClient
 from moldau.client.producer.accumulator import RecordAccumulator
 from moldau.client.producer.batch import ProducerBatch
-from moldau.client.producer.transaction_manager import TransactionManager
+from moldau.client.producer.transaction_manager import TransactionManager, TxnState
+from moldau.client.producer.txn_requests import TXN_V1_MAX, TxnRequests
+from moldau.client.types import TopicPartition
 from moldau.client.versions import ApiKey
 from moldau.errors import ErrorCode
 
 log = logging.getLogger("moldau.client.producer")
+
+# Partitions join a transaction only while it may still commit: never during an abort.
+ADDING_STATES = (TxnState.IN_TRANSACTION, TxnState.COMMITTING_TRANSACTION)
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -102,7 +107,8 @@ class Sender:
                  network: NetworkClient, *, acks: int = -1, request_timeout_ms: int = 30000,
                  max_request_size: int = 1048576, retries: int = 2**31 - 1,
                  delivery_timeout_ms: int = 120000, retry_backoff_ms: int = 100,
-                 transaction_manager: TransactionManager | None = None) -> None:
+                 transaction_manager: TransactionManager | None = None,
+                 transactions: TxnRequests | None = None) -> None:
         self.accumulator = accumulator
         self.metadata = metadata
         self.network = network
@@ -113,6 +119,9 @@ class Sender:
         self.delivery_timeout = delivery_timeout_ms / 1000
         self.retry_backoff = retry_backoff_ms / 1000
         self.tm = transaction_manager
+        self.transactions = transactions
+        # Transactional producers speak the transaction protocol before KIP-890's v2.
+        self._produce_max_version = TXN_V1_MAX[ApiKey.PRODUCE] if transactions else None
         self.in_flight_requests = 0
         self.fatal_error: KafkaError | None = None
         self._running = False
@@ -121,6 +130,7 @@ class Sender:
         self._loop_thread: int | None = None
         self._task: asyncio.Task[None] | None = None
         self._pid_task: asyncio.Task[None] | None = None
+        self._add_task: asyncio.Task[None] | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._woken = False
         self._threadsafe_pending = False
@@ -214,8 +224,9 @@ class Sender:
                                           f"The producer's sender failed: {exc!r}")
             raise
         finally:
-            if self._pid_task is not None:
-                self._pid_task.cancel()
+            for task in (self._pid_task, self._add_task):
+                if task is not None:
+                    task.cancel()
             if self._force_close or self.fatal_error is not None:
                 error = self.fatal_error or ClientClosedError(
                     "Producer is closed forcefully.")
@@ -227,7 +238,9 @@ class Sender:
         """One round; returns how long to sleep before the next unless woken."""
         now = time.monotonic()
         tm = self.tm
-        if tm is not None:
+        if self.transactions is not None:
+            self._run_transaction()
+        elif tm is not None:
             if tm.bump_required and self.in_flight_requests == 0:
                 tm.bump_epoch()
             if tm.needs_producer_id():
@@ -262,6 +275,41 @@ class Sender:
             # shortly rather than spin.
             timeout = min(timeout, self.retry_backoff)
         return timeout
+
+    # -------------------------------------------------------------------------- transaction
+
+    def _run_transaction(self) -> None:
+        """Fail what a failed transaction still has queued; add new partitions to the
+        transaction (one AddPartitionsToTxn at a time, with every partition new since)."""
+        tm = self.tm
+        assert tm is not None
+        if tm.has_error:
+            assert tm.last_error is not None
+            for batch in self.accumulator.abort_undrained(tm.last_error):
+                tm.on_failure(batch, tm.last_error)
+        elif tm.state in ADDING_STATES and tm.has_partitions_to_add() and (
+                self._add_task is None or self._add_task.done()):
+            self._add_task = asyncio.get_running_loop().create_task(
+                self._add_partitions(tm.take_partitions_to_add()),
+                name="moldau-add-partitions-to-txn")
+
+    async def partitions_settled(self) -> None:
+        """Wait for the AddPartitionsToTxn in flight, if any, to end."""
+        task = self._add_task
+        if task is not None and not task.done():
+            await asyncio.wait([task])
+
+    async def _add_partitions(self, partitions: list[TopicPartition]) -> None:
+        assert self.transactions is not None and self.tm is not None
+        added = False
+        try:
+            await self.transactions.add_partitions(partitions)
+            added = True
+        except KafkaError as exc:  # recorded by the transaction manager
+            log.debug("AddPartitionsToTxn for %s failed: %s", partitions, exc)
+        finally:
+            self.tm.partitions_added(partitions, added)
+            self.wakeup()
 
     # -------------------------------------------------------------------------- producer id
 
@@ -329,7 +377,8 @@ class Sender:
 
         try:
             future = self.network.send(node, ApiKey.PRODUCE, encode,
-                                       expect_response=acks != 0)
+                                       expect_response=acks != 0,
+                                       max_version=self._produce_max_version)
         except KafkaError as exc:
             self._handle_result(batches, node, exc, None)
             return

@@ -12,12 +12,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from moldau.client.admin.types import OffsetAndMetadata
 from moldau.client.loop_thread import LoopThread
 from moldau.client.producer.batch import Callback, RecordFuture
 from moldau.client.producer.partitioner import PartitionerFn
 from moldau.client.producer.producer import AsyncProducer, HeadersInput
 from moldau.client.serialization import Serializer
-from moldau.client.types import RecordMetadata
+from moldau.client.types import ConsumerGroupMetadata, RecordMetadata, TopicPartition
 
 
 class Producer:
@@ -65,6 +66,27 @@ class Producer:
 
     def flush(self, timeout: float | None = None) -> None:
         self._thread.run(self._core.flush(timeout))
+
+    # Transactions: see AsyncProducer's methods of the same names. Each waits at most
+    # `timeout` seconds (max.block.ms by default).
+
+    def init_transactions(self, timeout: float | None = None) -> None:
+        self._thread.run(self._core.init_transactions(timeout))
+
+    def begin_transaction(self) -> None:
+        self._core.begin_transaction()
+
+    def send_offsets_to_transaction(
+            self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int],
+            group_metadata: ConsumerGroupMetadata | str, timeout: float | None = None) -> None:
+        self._thread.run(self._core.send_offsets_to_transaction(offsets, group_metadata,
+                                                                timeout))
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        self._thread.run(self._core.commit_transaction(timeout))
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        self._thread.run(self._core.abort_transaction(timeout))
 
     def partitions_for(self, topic: str) -> list[int]:
         return self._thread.run(self._core.partitions_for(topic))
