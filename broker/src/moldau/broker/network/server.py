@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from moldau.broker.config import BrokerConfig, Endpoint
 from moldau.broker.network.channel import RequestChannel
 from moldau.broker.network.connection import Connection, Decoder
+from moldau.config import ConfigError
 
 log = logging.getLogger("moldau.broker.network")
 
@@ -29,6 +30,10 @@ class SocketServer:
 
     async def start(self) -> list[Endpoint]:
         for endpoint in self.config.broker_listeners:
+            protocol = self.config.protocol_of(endpoint.listener)
+            if protocol != "PLAINTEXT":
+                raise ConfigError(f"Invalid value {endpoint} for configuration listeners: "
+                                  f"security protocol {protocol} is not served yet")
             server = await asyncio.start_server(
                 lambda r, w, e=endpoint: self._accept(r, w, e.listener),
                 host=endpoint.host or None, port=endpoint.port, reuse_address=True,

@@ -55,24 +55,12 @@ class FetchSettings(NamedTuple):
 
     @classmethod
     def from_config(cls, config: BrokerConfig) -> FetchSettings:
-        return cls(config.node_id, inter_broker_listener(config),
+        return cls(config.node_id, config.inter_broker_listener,
                    config["replica.fetch.wait.max.ms"], config["replica.fetch.min.bytes"],
                    config["replica.fetch.max.bytes"],
                    config["replica.fetch.response.max.bytes"],
                    config["replica.fetch.backoff.ms"], config["replica.socket.timeout.ms"],
                    config["num.replica.fetchers"])
-
-
-def inter_broker_listener(config: BrokerConfig) -> str:
-    """inter.broker.listener.name, else the first listener that is not a controller one."""
-    named = config["inter.broker.listener.name"]
-    if named:
-        return str(named).upper()
-    controller = {name.upper() for name in config["controller.listener.names"]}
-    for endpoint in config.listeners:
-        if endpoint.listener not in controller:
-            return endpoint.listener
-    return config.listeners[0].listener
 
 
 class FollowerHost(Protocol):
