@@ -39,6 +39,7 @@ from moldau.broker.network.response import Response
 from moldau.broker.network.server import SocketServer
 from moldau.broker.raft.tcp_transport import Service
 from moldau.broker.replication.manager import ReplicaManager
+from moldau.broker.security.principal import ANONYMOUS
 from moldau.broker.storage import ensure_formatted, quorum_cluster_id
 from moldau.errors import KafkaError
 from moldau.protocol.messages import RequestHeader, encode_response
@@ -347,6 +348,7 @@ class _ControllerPortConnection:
 
     listener = CONTROLLER_PORT
     peer = "controller-listener"
+    principal = ANONYMOUS
 
     def new_request(self, header: RequestHeader, body: object) -> Request:
         return Request(header=header, body=body, connection=self,  # type: ignore[arg-type]

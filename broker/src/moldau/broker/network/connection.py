@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 
 from moldau.broker.network.channel import Request, RequestChannel
 from moldau.broker.network.response import Response, send_response
+from moldau.broker.security.principal import ANONYMOUS
 from moldau.protocol.messages import MalformedRequest, RequestHeader
 
 log = logging.getLogger("moldau.broker.network")
@@ -45,6 +46,8 @@ class Connection:
         self.max_request_bytes = max_request_bytes
         self.idle_timeout_s = idle_timeout_s
         self.client_software: tuple[str, str] | None = None  # from ApiVersions (KIP-511)
+        # Who the client is: its certificate's or SASL identity (authorization's input).
+        self.principal = ANONYMOUS
         self.closing = False
 
     async def serve(self) -> None:

@@ -5,15 +5,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import ssl
 from collections import Counter
 from collections.abc import Awaitable, Callable
 
 from moldau.broker.config import BrokerConfig, Endpoint
 from moldau.broker.network.channel import RequestChannel
 from moldau.broker.network.connection import Connection, Decoder
+from moldau.broker.security.principal import NoMatchingRule, PrincipalMapper
+from moldau.broker.security.settings import SASL_PROTOCOLS, TLS_PROTOCOLS
+from moldau.broker.security.tls import ListenerTls
 from moldau.config import ConfigError
 
 log = logging.getLogger("moldau.broker.network")
+
+# A client that connects to a TLS listener and does not finish the handshake in this time
+# is dropped, so idle half-open sockets cannot pile up.
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
 
 
 class SocketServer:
@@ -27,13 +35,19 @@ class SocketServer:
         self._connections: dict[asyncio.Task[None], Connection] = {}
         self._per_ip: Counter[str] = Counter()
         self.bound: list[Endpoint] = []
+        self._tls: dict[str, tuple[ListenerTls, PrincipalMapper]] = {}
+        # Kafka's failed- and successful-authentication-total, per listener.
+        self.failed_authentications: Counter[str] = Counter()
+        self.successful_authentications: Counter[str] = Counter()
 
     async def start(self) -> list[Endpoint]:
         for endpoint in self.config.broker_listeners:
             protocol = self.config.protocol_of(endpoint.listener)
-            if protocol != "PLAINTEXT":
+            if protocol in SASL_PROTOCOLS:
                 raise ConfigError(f"Invalid value {endpoint} for configuration listeners: "
                                   f"security protocol {protocol} is not served yet")
+            if protocol in TLS_PROTOCOLS:
+                self._tls[endpoint.listener] = self._listener_tls(endpoint.listener)
             server = await asyncio.start_server(
                 lambda r, w, e=endpoint: self._accept(r, w, e.listener),
                 host=endpoint.host or None, port=endpoint.port, reuse_address=True,
@@ -42,6 +56,41 @@ class SocketServer:
             self._servers.append(server)
             self.bound.append(Endpoint(endpoint.listener, endpoint.host, port))
         return self.bound
+
+    def _listener_tls(self, listener: str) -> tuple[ListenerTls, PrincipalMapper]:
+        config = self.config
+
+        def setting(key: str) -> object:
+            return config.listener_setting(listener, key)
+
+        def name(key: str) -> str:
+            return config.setting_name(listener, key)
+
+        rules_key = "ssl.principal.mapping.rules"
+        return (ListenerTls(listener, setting, name),
+                PrincipalMapper(setting(rules_key), name(rules_key)))
+
+    async def _start_tls(self, writer: asyncio.StreamWriter, listener: str,
+                         peer: str) -> str | None:
+        """The TLS handshake; the client's principal, or None when it failed (logged)."""
+        tls, mapper = self._tls[listener]
+        try:
+            async with asyncio.timeout(TLS_HANDSHAKE_TIMEOUT_S):
+                await writer.start_tls(tls.context())
+            ssl_object = writer.get_extra_info("ssl_object")
+            principal = mapper.principal_of_certificate(ssl_object.getpeercert(True))
+        except (ssl.SSLError, ConnectionError, TimeoutError, NoMatchingRule, OSError) as exc:
+            reason = (getattr(exc, "verify_message", None) or getattr(exc, "reason", None)
+                      or str(exc) or type(exc).__name__)
+            if isinstance(exc, TimeoutError):
+                reason = f"no handshake within {TLS_HANDSHAKE_TIMEOUT_S:.0f} s"
+            log.warning("Failed authentication with /%s on listener %s (SSL handshake "
+                        "failed: %s)", peer, listener, reason)
+            self.failed_authentications[listener] += 1
+            writer.close()
+            return None
+        self.successful_authentications[listener] += 1
+        return principal
 
     def _limit_for(self, ip: str) -> int:
         return self.config.per_ip_overrides.get(ip, self.config["max.connections.per.ip"])
@@ -57,9 +106,19 @@ class SocketServer:
             writer.close()
             return
         self._tune(writer.get_extra_info("socket"))
-        self._per_ip[ip] += 1
+        peer = f"{ip}:{peername[1]}"
+        self._per_ip[ip] += 1  # a handshake in progress counts against the limits too
+        try:
+            await self._serve(reader, writer, listener, peer)
+        finally:
+            self._per_ip[ip] -= 1
+            if self._per_ip[ip] <= 0:
+                del self._per_ip[ip]
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                     listener: str, peer: str) -> None:
         connection = Connection(
-            reader, writer, listener=listener, peer=f"{ip}:{peername[1]}",
+            reader, writer, listener=listener, peer=peer,
             channel=self.channel, decode=self.decode, ready=self.ready,
             max_request_bytes=self.config["socket.request.max.bytes"],
             idle_timeout_s=self.config["connections.max.idle.ms"] / 1000)
@@ -67,12 +126,14 @@ class SocketServer:
         assert task is not None
         self._connections[task] = connection
         try:
+            if listener in self._tls:
+                principal = await self._start_tls(writer, listener, peer)
+                if principal is None:
+                    return
+                connection.principal = principal
             await connection.serve()
         finally:
             self._connections.pop(task, None)
-            self._per_ip[ip] -= 1
-            if self._per_ip[ip] <= 0:
-                del self._per_ip[ip]
 
     def _tune(self, sock: socket.socket | None) -> None:
         if sock is None:
