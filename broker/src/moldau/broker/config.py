@@ -41,6 +41,7 @@ from moldau.config import (
     one_of,
 )
 from moldau.properties import load_properties
+from moldau.sasl.jaas import single_module
 
 T = ConfigType
 DEFAULT_LISTENERS = "PLAINTEXT://localhost:9092"
@@ -455,10 +456,13 @@ class BrokerConfig:
                 raise ConfigError(f"Invalid value {mechanism} for configuration {key}: "
                                   f"the SASL mechanisms supported are "
                                   f"{', '.join(SUPPORTED_MECHANISMS)}")
-        if "PLAIN" in mechanisms and self.jaas_config(listener, "PLAIN") is None:
-            raise ConfigError(f"Missing configuration listener.name.{listener.lower()}."
-                              "plain.sasl.jaas.config (or sasl.jaas.config): PLAIN on "
-                              f"listener {listener} needs its users")
+        if "PLAIN" in mechanisms:
+            jaas = self.jaas_config(listener, "PLAIN")
+            if jaas is None:
+                raise ConfigError(f"Missing configuration listener.name.{listener.lower()}."
+                                  "plain.sasl.jaas.config (or sasl.jaas.config): PLAIN on "
+                                  f"listener {listener} needs its users")
+            single_module(jaas, "sasl.jaas.config")
 
     def listener_setting(self, listener: str, key: str) -> Any:
         """A security setting for one listener: `listener.name.<l>.<key>`, else `<key>`."""

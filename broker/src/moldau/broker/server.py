@@ -30,6 +30,7 @@ from moldau.broker.metadata.image import MetadataImage
 from moldau.broker.metadata.log import METADATA_DIR
 from moldau.broker.metadata.quorum import MetadataQuorum
 from moldau.broker.metadata.records import MetadataRecord, PartitionRecord, RemoveTopicRecord
+from moldau.broker.metadata.scram_users import stored_credential
 from moldau.broker.metrics.health import LoopLagMonitor
 from moldau.broker.metrics.http import HttpEndpoint
 from moldau.broker.metrics.stats import BrokerTopicStats
@@ -43,6 +44,7 @@ from moldau.broker.security.principal import ANONYMOUS
 from moldau.broker.storage import ensure_formatted, quorum_cluster_id
 from moldau.errors import KafkaError
 from moldau.protocol.messages import RequestHeader, encode_response
+from moldau.sasl.scram import ScramCredential
 
 log = logging.getLogger("moldau.broker")
 
@@ -61,7 +63,8 @@ class Broker:
         self._tasks: list[asyncio.Task[None]] = []
         self.dir_locks = DirLocks()
         self.channel = RequestChannel(config["queued.max.requests"])
-        self.network = SocketServer(config, self.channel, self._decode, self._ready.wait)
+        self.network = SocketServer(config, self.channel, self._decode, self._ready.wait,
+                                    self._scram_credential)
         self.handlers = RequestHandlerPool(self.channel, self._dispatch,
                                            config["num.io.threads"])
         self.topic_stats = BrokerTopicStats()
@@ -76,6 +79,9 @@ class Broker:
     @property
     def started(self) -> bool:
         return not self.stage
+
+    def _scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        return stored_credential(self.image, user, mechanism)
 
     def _decode(self, frame: bytes, connection: Connection) -> object:
         return decode_frame(frame, connection, unsupported_version_response)

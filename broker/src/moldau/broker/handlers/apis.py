@@ -13,6 +13,8 @@ from moldau.broker.handlers import (  # noqa: F401
     produce,
     producer_ids,
     quorum,
+    sasl,
+    scram_users,
     topics,
     txn_markers,
 )

@@ -90,9 +90,9 @@ class BrokerCollector:
                              for listener, count in sorted(per_listener.items())))
 
     def _authentications(self) -> Iterator[Metric]:
-        network = self.broker.network
-        for outcome, counts in (("failed", network.failed_authentications),
-                                ("successful", network.successful_authentications)):
+        auth_log = self.broker.network.auth_log
+        for outcome, counts in (("failed", auth_log.failed),
+                                ("successful", auth_log.succeeded)):
             doc = f"Connections whose TLS handshake or SASL authentication {outcome}"
             yield counter(f"kafka_server_socket_server_metrics_{outcome}_authentication", doc,
                           series=(({"listener": listener, "networkProcessor": "0"}, count)

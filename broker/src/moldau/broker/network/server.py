@@ -12,10 +12,11 @@ from collections.abc import Awaitable, Callable
 from moldau.broker.config import BrokerConfig, Endpoint
 from moldau.broker.network.channel import RequestChannel
 from moldau.broker.network.connection import Connection, Decoder
+from moldau.broker.security.audit import AuthenticationLog
 from moldau.broker.security.principal import NoMatchingRule, PrincipalMapper
+from moldau.broker.security.sasl import CredentialLookup, SaslSession, sasl_sessions
 from moldau.broker.security.settings import SASL_PROTOCOLS, TLS_PROTOCOLS
 from moldau.broker.security.tls import ListenerTls
-from moldau.config import ConfigError
 
 log = logging.getLogger("moldau.broker.network")
 
@@ -26,28 +27,29 @@ TLS_HANDSHAKE_TIMEOUT_S = 10.0
 
 class SocketServer:
     def __init__(self, config: BrokerConfig, channel: RequestChannel, decode: Decoder,
-                 ready: Callable[[], Awaitable[None]]) -> None:
+                 ready: Callable[[], Awaitable[None]],
+                 credentials: CredentialLookup = lambda user, mechanism: None) -> None:
         self.config = config
         self.channel = channel
         self.decode = decode
         self.ready = ready
+        self.credentials = credentials
         self._servers: list[asyncio.Server] = []
         self._connections: dict[asyncio.Task[None], Connection] = {}
         self._per_ip: Counter[str] = Counter()
         self.bound: list[Endpoint] = []
         self._tls: dict[str, tuple[ListenerTls, PrincipalMapper]] = {}
-        # Kafka's failed- and successful-authentication-total, per listener.
-        self.failed_authentications: Counter[str] = Counter()
-        self.successful_authentications: Counter[str] = Counter()
+        self._sasl: dict[str, Callable[[], SaslSession]] = {}
+        self.auth_log = AuthenticationLog()
 
     async def start(self) -> list[Endpoint]:
         for endpoint in self.config.broker_listeners:
             protocol = self.config.protocol_of(endpoint.listener)
-            if protocol in SASL_PROTOCOLS:
-                raise ConfigError(f"Invalid value {endpoint} for configuration listeners: "
-                                  f"security protocol {protocol} is not served yet")
             if protocol in TLS_PROTOCOLS:
                 self._tls[endpoint.listener] = self._listener_tls(endpoint.listener)
+            if protocol in SASL_PROTOCOLS:
+                self._sasl[endpoint.listener] = sasl_sessions(self.config, endpoint.listener,
+                                                              self.credentials)
             server = await asyncio.start_server(
                 lambda r, w, e=endpoint: self._accept(r, w, e.listener),
                 host=endpoint.host or None, port=endpoint.port, reuse_address=True,
@@ -84,12 +86,11 @@ class SocketServer:
                       or str(exc) or type(exc).__name__)
             if isinstance(exc, TimeoutError):
                 reason = f"no handshake within {TLS_HANDSHAKE_TIMEOUT_S:.0f} s"
-            log.warning("Failed authentication with /%s on listener %s (SSL handshake "
-                        "failed: %s)", peer, listener, reason)
-            self.failed_authentications[listener] += 1
+            self.auth_log.failure(listener, peer, f"SSL handshake failed: {reason}")
             writer.close()
             return None
-        self.successful_authentications[listener] += 1
+        if listener not in self._sasl:
+            self.auth_log.success(listener)
         return principal
 
     def _limit_for(self, ip: str) -> int:
@@ -121,7 +122,10 @@ class SocketServer:
             reader, writer, listener=listener, peer=peer,
             channel=self.channel, decode=self.decode, ready=self.ready,
             max_request_bytes=self.config["socket.request.max.bytes"],
-            idle_timeout_s=self.config["connections.max.idle.ms"] / 1000)
+            idle_timeout_s=self.config["connections.max.idle.ms"] / 1000,
+            auth_log=self.auth_log)
+        if listener in self._sasl:
+            connection.sasl = self._sasl[listener]()
         task = asyncio.current_task()
         assert task is not None
         self._connections[task] = connection
