@@ -4,7 +4,7 @@ the credentials kept through a snapshot."""
 from moldau.broker.metadata.image import MetadataImage
 from moldau.broker.metadata.scram_users import ScramChange, plan_changes, stored_credential
 from moldau.errors import ErrorCode
-from moldau.sasl.scram import salted_password
+from moldau.security.scram import salted_password
 
 SHA256, SHA512 = 1, 2
 

@@ -6,8 +6,8 @@ import ssl
 import pytest
 
 from e2e.certs import PASSWORD, CertAuthority
-from moldau.broker.security.tls import build_context
 from moldau.config import ConfigError
+from moldau.security.tls import build_context
 
 DEFAULTS = {"ssl.enabled.protocols": ["TLSv1.2", "TLSv1.3"], "ssl.client.auth": "none",
             "ssl.cipher.suites": [], "ssl.keystore.type": "PEM",

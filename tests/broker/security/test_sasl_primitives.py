@@ -5,8 +5,8 @@ import pytest
 
 from moldau.broker.security.sasl import AuthenticationFailed, ScramServer
 from moldau.config import ConfigError
-from moldau.sasl.jaas import parse_jaas, single_module
-from moldau.sasl.scram import ScramClient, ScramError, new_credential
+from moldau.security.jaas import parse_jaas, single_module
+from moldau.security.scram import ScramClient, ScramError, new_credential
 
 
 def test_jaas_entry_with_quoted_and_bare_values_and_comments():

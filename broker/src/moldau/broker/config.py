@@ -41,7 +41,7 @@ from moldau.config import (
     one_of,
 )
 from moldau.properties import load_properties
-from moldau.sasl.jaas import single_module
+from moldau.security.jaas import single_module
 
 T = ConfigType
 DEFAULT_LISTENERS = "PLAINTEXT://localhost:9092"

@@ -44,7 +44,7 @@ from moldau.broker.security.principal import ANONYMOUS
 from moldau.broker.storage import ensure_formatted, quorum_cluster_id
 from moldau.errors import KafkaError
 from moldau.protocol.messages import RequestHeader, encode_response
-from moldau.sasl.scram import ScramCredential
+from moldau.security.scram import ScramCredential
 
 log = logging.getLogger("moldau.broker")
 

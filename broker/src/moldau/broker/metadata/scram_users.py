@@ -17,7 +17,7 @@ from moldau.broker.metadata.records import (
     UserScramCredentialRecord,
 )
 from moldau.errors import ErrorCode, KafkaError
-from moldau.sasl.scram import (
+from moldau.security.scram import (
     MAX_ITERATIONS,
     MECHANISM_BY_TYPE,
     MIN_ITERATIONS,

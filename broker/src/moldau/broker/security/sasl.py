@@ -22,8 +22,8 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from moldau.broker.security.principal import USER
-from moldau.sasl.jaas import single_module
-from moldau.sasl.scram import (
+from moldau.security.jaas import single_module
+from moldau.security.scram import (
     ScramCredential,
     ScramError,
     attributes,
