@@ -24,6 +24,7 @@ from e2e.support import (
     unique,
     wait_until,
 )
+from e2e.test_client_cli import moldau, ok, one_line_error
 from e2e.test_metrics import scrape, value
 from e2e.wire import Closed, Conn, api_versions_request, nullable_bytes, request, string
 
@@ -220,3 +221,41 @@ def _authenticate(conn: Conn, token: bytes) -> tuple[int, str | None, bytes]:
     error, message = reader.int16(), reader.string()
     return error, message, reader.nullable_bytes() or b""
 
+
+
+@pytest.mark.parametrize(("mechanism", "user", "password"), [
+    ("PLAIN", "alice", "alice-secret"), ("SCRAM-SHA-512", "scram512", "pw-512")])
+def test_moldau_client_and_cli_over_sasl_ssl(bed: SaslBed, mechanism, user, password) -> None:
+    from moldau.client import Consumer, Producer
+
+    config = {"bootstrap.servers": bed.bootstrap, "security.protocol": "SASL_SSL",
+              "ssl.ca.location": bed.ca_file, "sasl.mechanism": mechanism,
+              "sasl.username": user, "sasl.password": password}
+    topic = unique("moldau-sasl")
+    with Producer(config) as producer:
+        assert producer.send(topic, b"from the client").get(30).offset == 0
+    properties = bed.dir / f"moldau-{mechanism}.properties"
+    properties.write_text(
+        f"security.protocol=SASL_SSL\nssl.truststore.type=PEM\n"
+        f"ssl.truststore.location={bed.ca_file}\nsasl.mechanism={mechanism}\n"
+        f"sasl.jaas.config=x.LoginModule required username=\"{user}\" "
+        f"password=\"{password}\";\n")
+    ok(moldau("produce", "--bootstrap-server", bed.bootstrap, "--topic", topic,
+              "--producer.config", str(properties), stdin=b"from the cli\n"))
+    with Consumer({**config, "group.id": unique("g"), "auto.offset.reset": "earliest"}) as consumer:
+        consumer.subscribe([topic])
+        values: list[bytes] = []
+        wait_until(lambda: values.extend(r.value for r in consumer.poll(0.5)) or len(values) >= 2,
+                   30, "both records consumed")
+    assert values == [b"from the client", b"from the cli"]
+
+
+def test_moldau_cli_with_a_wrong_password_is_a_one_line_error(bed: SaslBed) -> None:
+    properties = bed.dir / "wrong.properties"
+    properties.write_text(
+        f"security.protocol=SASL_SSL\nssl.ca.location={bed.ca_file}\n"
+        "sasl.mechanism=SCRAM-SHA-256\nsasl.username=scram256\nsasl.password=nope\n")
+    line = one_line_error(moldau("topics", "list", "--bootstrap-server", bed.bootstrap,
+                                 "--command-config", str(properties)))
+    assert "Authentication failed during authentication due to invalid credentials with " \
+           "SASL mechanism SCRAM-SHA-256" in line

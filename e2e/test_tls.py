@@ -188,3 +188,18 @@ def _read_until_closed(sock: socket.socket) -> bytes:
         if len(data) >= 4 and len(data) >= 4 + struct.unpack(">i", data[:4])[0]:
             return data
     raise AssertionError("the connection neither answered nor closed")
+
+
+def test_moldau_client_with_a_client_certificate(requested: TlsBed) -> None:
+    from moldau.client import Admin, Producer
+
+    issued = requested.ca.issue("carol")
+    keystore = requested.ca.write_pem_keystore(issued, requested.dir / "carol.pem")
+    config = {"bootstrap.servers": requested.broker.bootstrap, "security.protocol": "SSL",
+              "ssl.truststore.type": "PEM", "ssl.truststore.location": requested.ca_file,
+              "ssl.keystore.type": "PEM", "ssl.keystore.location": str(keystore)}
+    topic = unique("moldau-tls")
+    with Producer(config) as producer:
+        assert producer.send(topic, b"over tls").get(30).offset == 0
+    with Admin(config) as admin:
+        assert topic in admin.list_topics(timeout=30)
