@@ -62,6 +62,15 @@ def _key_pem(private_key: Any) -> bytes:
                                      serialization.NoEncryption())
 
 
+def _store_type(setting: Setting, name: SettingName, store: str) -> str:
+    key = f"ssl.{store}.type"
+    kind = str(setting(key) or "PEM").upper()
+    if kind not in ("PEM", "PKCS12"):
+        raise ConfigError(f"Invalid value {kind} for configuration {name(key)}: Moldau reads "
+                          "PKCS12 and PEM stores")
+    return kind
+
+
 def _open_pkcs12(setting: Setting, name: SettingName, store: str) -> tuple[Any, Any, list]:
     """(private key, certificate, other certificates) of a PKCS12 key- or truststore."""
     location = setting(f"ssl.{store}.location")
@@ -79,7 +88,7 @@ def load_keystore(setting: Setting, name: SettingName) -> KeyMaterial:
     """The certificate chain and private key a TLS endpoint presents."""
     key_password = _password(setting("ssl.key.password"))
     location = setting("ssl.keystore.location")
-    if str(setting("ssl.keystore.type")).upper() == "PKCS12":
+    if _store_type(setting, name, "keystore") == "PKCS12":
         if not location:
             raise ConfigError(f"Missing configuration {name('ssl.keystore.location')}: "
                               "a PKCS12 keystore is a file")
@@ -112,7 +121,7 @@ def load_truststore(setting: Setting, name: SettingName) -> bytes | None:
     """The trusted certificates as PEM, or None when no truststore is configured."""
     location = setting("ssl.truststore.location")
     inline = setting("ssl.truststore.certificates")
-    if location and str(setting("ssl.truststore.type")).upper() == "PKCS12":
+    if location and _store_type(setting, name, "truststore") == "PKCS12":
         _key, certificate, extra = _open_pkcs12(setting, name, "truststore")
         return _certificates_pem([c for c in (certificate, *extra) if c is not None])
     if location:
