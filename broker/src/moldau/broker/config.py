@@ -398,25 +398,41 @@ class BrokerConfig:
                                   f"{endpoint.listener} in listener.security.protocol.map")
             self.protocols[endpoint.listener] = protocol
         self.inter_broker_listener = self._inter_broker_listener(controller_names)
+        # The controllers' listener, as this node reaches it (a broker-only node has no
+        # controller listener of its own: the first of controller.listener.names).
+        self.controller_listener_name = (
+            self.controller_listener.listener if self.controller_listener is not None
+            else str(v["controller.listener.names"][0]).upper())
+        self.controller_protocol = protocols.get(self.controller_listener_name, "PLAINTEXT")
+        if self.controller_protocol in SASL_PROTOCOLS:
+            raise ConfigError(f"Invalid value {self.controller_protocol} for the controller "
+                              f"listener {self.controller_listener_name} in configuration "
+                              "listener.security.protocol.map: controller listeners are "
+                              "PLAINTEXT or SSL (SASL there is not supported yet)")
+        if self.controller_protocol in TLS_PROTOCOLS and self.controller_listener is None:
+            self._check_store_type(self.controller_listener_name, "truststore")
         for endpoint in self.listeners:
             if self.protocols[endpoint.listener] in TLS_PROTOCOLS:
                 self._check_keystore(endpoint.listener)
             if self.protocols[endpoint.listener] in SASL_PROTOCOLS:
                 self._check_mechanisms(endpoint.listener)
 
+    def _check_store_type(self, listener: str, store: str) -> None:
+        key = f"ssl.{store}.type"
+        if store == "truststore" and not self.listener_setting(listener,
+                                                               "ssl.truststore.location"):
+            return  # no truststore file: its type does not matter
+        kind = str(self.listener_setting(listener, key)).upper()
+        if kind not in ("PKCS12", "PEM"):
+            raise ConfigError(f"Invalid value {kind} for configuration "
+                              f"{self.setting_name(listener, key)}: Moldau reads PKCS12 "
+                              "and PEM stores")
+
     def _check_keystore(self, listener: str) -> None:
         """A TLS listener needs a keystore Moldau can read; its contents are checked when
         the listener starts."""
-        stores = ["keystore"]
-        if self.listener_setting(listener, "ssl.truststore.location"):
-            stores.append("truststore")
-        for store in stores:
-            key = f"ssl.{store}.type"
-            kind = str(self.listener_setting(listener, key)).upper()
-            if kind not in ("PKCS12", "PEM"):
-                raise ConfigError(f"Invalid value {kind} for configuration "
-                                  f"{self.setting_name(listener, key)}: Moldau reads PKCS12 "
-                                  "and PEM stores")
+        for store in ("keystore", "truststore"):
+            self._check_store_type(listener, store)
         if not (self.listener_setting(listener, "ssl.keystore.location")
                 or self.listener_setting(listener, "ssl.keystore.certificate.chain")):
             raise ConfigError(f"Missing configuration listener.name.{listener.lower()}."

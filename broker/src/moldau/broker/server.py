@@ -40,6 +40,7 @@ from moldau.broker.network.response import Response
 from moldau.broker.network.server import SocketServer
 from moldau.broker.raft.tcp_transport import Service
 from moldau.broker.replication.manager import ReplicaManager
+from moldau.broker.security.outgoing import controller_security
 from moldau.broker.security.principal import ANONYMOUS
 from moldau.broker.storage import ensure_formatted, quorum_cluster_id
 from moldau.errors import KafkaError
@@ -154,7 +155,7 @@ class Broker:
             self.http.quorum_started()
         self.controller_channel = ControllerChannel(
             self.node_id, self.quorum, self.controller if config.is_controller else None,
-            cluster_id=self.cluster_id)
+            cluster_id=self.cluster_id, security=controller_security(config))
         if config.is_controller:
             self._tasks.append(asyncio.create_task(self._controller_loop(),
                                                    name="controller-maintenance"))

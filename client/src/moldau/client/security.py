@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ssl
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from moldau.client.errors import error_for
 from moldau.config import ConfigError
@@ -18,9 +18,10 @@ from moldau.errors import ErrorCode
 from moldau.protocol.build import build
 from moldau.protocol.messages import request_class
 from moldau.security.jaas import single_module
-from moldau.security.keystores import Setting, SettingName
 from moldau.security.scram import MECHANISMS, ScramClient, ScramError
-from moldau.security.tls import build_context
+
+if TYPE_CHECKING:
+    from moldau.security.keystores import Setting, SettingName
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISM_NAMES = ("PLAIN", *MECHANISMS)
@@ -50,7 +51,11 @@ class ClientSecurity:
         if protocol not in PROTOCOLS:
             raise ConfigError(f"Invalid value {protocol} for configuration security.protocol: "
                               f"String must be one of: {', '.join(PROTOCOLS)}")
-        context = build_context(setting, name, server=False) if "SSL" in protocol else None
+        context = None
+        if "SSL" in protocol:
+            # Imported here: cryptography is slow to load and only TLS needs it.
+            from moldau.security.tls import build_context
+            context = build_context(setting, name, server=False)
         if not protocol.startswith("SASL"):
             return cls(protocol, context)
         if mechanism not in MECHANISM_NAMES:

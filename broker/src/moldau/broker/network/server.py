@@ -8,6 +8,7 @@ import socket
 import ssl
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from moldau.broker.config import BrokerConfig, Endpoint
 from moldau.broker.network.channel import RequestChannel
@@ -16,7 +17,9 @@ from moldau.broker.security.audit import AuthenticationLog
 from moldau.broker.security.principal import NoMatchingRule, PrincipalMapper
 from moldau.broker.security.sasl import CredentialLookup, SaslSession, sasl_sessions
 from moldau.broker.security.settings import SASL_PROTOCOLS, TLS_PROTOCOLS
-from moldau.broker.security.tls import ListenerTls
+
+if TYPE_CHECKING:
+    from moldau.broker.security.tls import ListenerTls
 
 log = logging.getLogger("moldau.broker.network")
 
@@ -60,6 +63,8 @@ class SocketServer:
         return self.bound
 
     def _listener_tls(self, listener: str) -> tuple[ListenerTls, PrincipalMapper]:
+        from moldau.broker.security.tls import ListenerTls  # cryptography: only for TLS
+
         config = self.config
 
         def setting(key: str) -> object:

@@ -12,8 +12,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from cryptography import x509
-
 from moldau.config import ConfigError
 
 ANONYMOUS = "User:ANONYMOUS"
@@ -86,5 +84,7 @@ class PrincipalMapper:
         """`User:<mapped subject>`, or ANONYMOUS when the client sent no certificate."""
         if not der:
             return ANONYMOUS
+        from cryptography import x509  # slow to load; only TLS listeners need it
+
         subject = x509.load_der_x509_certificate(der).subject.rfc4514_string()
         return f"{USER}:{self.name_of(subject)}"
