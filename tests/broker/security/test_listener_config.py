@@ -66,6 +66,10 @@ def test_security_inter_broker_protocol_picks_the_listener_of_that_name():
     ({"listener.name.ssl.ssl.client.auth": "always"}, "listener.name.ssl.ssl.client.auth"),
     ({"listener.name.ssl.log.dirs": "/x"}, "listener.name.ssl.log.dirs"),
     ({"ssl.enabled.protocols": "TLSv1.1"}, "ssl.enabled.protocols"),
+    ({"listeners": "PLAINTEXT://h:1,CONTROLLER://h:2", "controller.quorum.voters": "1@h:2",
+      "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
+      "sasl.enabled.mechanisms": "PLAIN", "sasl.jaas.config": PLAIN_JAAS},
+     "listener.security.protocol.map"),
 ])
 def test_bad_security_settings_name_the_key(raw, named):
     with pytest.raises(ConfigError, match=named.replace(".", r"\.")) as error:
