@@ -2,6 +2,7 @@
 
 from moldau.broker.handlers import (  # noqa: F401
     api_versions,
+    client_quotas,
     cluster,
     configs,
     fetch,

@@ -1,7 +1,7 @@
 """AlterUserScramCredentials checked as Kafka's controller checks it, into metadata records.
 
-Each user's changes stand or fall together: one bad change fails that user's result and
-applies none of its changes; other users are unaffected.
+A request changes each user once (a second change of a user, for any mechanism, fails that
+user with DUPLICATE_RESOURCE, as in Kafka); a refused change leaves other users unaffected.
 """
 
 from __future__ import annotations
@@ -74,17 +74,16 @@ def plan_changes(image: MetadataImage, changes: Sequence[ScramChange]
     """Each user's outcome (None: done) and the records of the users that succeeded."""
     outcome: dict[str, KafkaError | None] = {}
     by_user: dict[str, list[MetadataRecord]] = {}
-    seen: set[tuple[str, int]] = set()
     for change in changes:
-        outcome.setdefault(change.user, None)
-        by_user.setdefault(change.user, [])
-        if outcome[change.user] is not None:
+        if change.user in outcome:
+            # Kafka takes one change per user and request, whatever the mechanisms.
+            outcome[change.user] = KafkaError(ErrorCode.duplicate_resource, "A user "
+                                              "credential cannot be altered twice in the "
+                                              "same request")
             continue
+        outcome[change.user] = None
+        by_user[change.user] = []
         try:
-            if (change.user, change.mechanism) in seen:
-                raise KafkaError(ErrorCode.duplicate_resource, "A user credential cannot be "
-                                 "altered twice in the same request")
-            seen.add((change.user, change.mechanism))
             _check(image, change)
             by_user[change.user].append(_record(change))
         except KafkaError as exc:
