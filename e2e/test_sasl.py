@@ -5,6 +5,7 @@ requests out of sequence, on the wire."""
 from __future__ import annotations
 
 import random
+import time
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,8 @@ PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required 
               'user_alice="alice-secret";')
 SCRAM = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
+REAUTH_MS = 1500
+METADATA_V1_ALL_TOPICS = b"\xff\xff\xff\xff"
 
 
 class SaslBed:
@@ -43,10 +46,17 @@ class SaslBed:
         self.ca_file = str(ca.write_ca(directory / "ca.pem"))
         self.dir = directory
         port, self.sasl_plaintext, self.plaintext = free_port(), free_port(), free_port()
+        self.reauth = free_port()
         self.broker: Broker = broker_factory({
             "listeners": f"SASL_SSL://127.0.0.1:{port},"
                          f"SASL_PLAINTEXT://127.0.0.1:{self.sasl_plaintext},"
-                         f"PLAINTEXT://127.0.0.1:{self.plaintext}",
+                         f"PLAINTEXT://127.0.0.1:{self.plaintext},"
+                         f"REAUTH://127.0.0.1:{self.reauth}",
+            "listener.security.protocol.map": "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,"
+                                              "SASL_PLAINTEXT:SASL_PLAINTEXT,"
+                                              "REAUTH:SASL_PLAINTEXT",
+            "listener.name.reauth.plain.sasl.jaas.config": PLAIN_JAAS,
+            "listener.name.reauth.connections.max.reauth.ms": REAUTH_MS,
             "inter.broker.listener.name": "PLAINTEXT",
             "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
             "listener.name.sasl_ssl.plain.sasl.jaas.config": PLAIN_JAAS,
@@ -207,6 +217,40 @@ def test_garbage_sasl_frames_keep_the_broker_up(bed: SaslBed) -> None:
     assert "Traceback" not in bed.broker.tail(2000)
     assert kp_produce(bed.bootstrap, unique("fuzzed"), make_records(1),
                       **bed.kp("SCRAM-SHA-256", "scram256", "pw-256")) == [0]
+
+
+def test_sessions_expire_unless_the_client_reauthenticates(bed: SaslBed) -> None:
+    """KIP-368: the session lifetime is announced; a request after it closes the connection,
+    a re-authentication as the same user extends it, as another user is refused."""
+    def metadata(conn: Conn) -> None:
+        conn.send(request(3, 1, 9, METADATA_V1_ALL_TOPICS, flexible=False))
+
+    def login(conn: Conn, user: str, password: str) -> tuple[int, str | None, int]:
+        assert _handshake(conn, "PLAIN") == 0
+        conn.send(request(SASL_AUTHENTICATE, 1, 2,
+                          nullable_bytes(f"\0{user}\0{password}".encode()), flexible=False))
+        _, reader = conn.recv_response(header_v1=False)
+        error, message = reader.int16(), reader.string()
+        reader.nullable_bytes()
+        return error, message, reader.int64()
+
+    address = f"127.0.0.1:{bed.reauth}"
+    with Conn(address) as conn:
+        assert login(conn, "alice", "alice-secret") == (0, None, REAUTH_MS)
+        metadata(conn)
+        assert conn.recv_frame()
+        time.sleep(REAUTH_MS / 1000 + 0.5)
+        metadata(conn)
+        assert conn.wait_closed()
+    with Conn(address) as conn:
+        login(conn, "alice", "alice-secret")
+        time.sleep(REAUTH_MS / 1000 + 0.5)
+        assert login(conn, "alice", "alice-secret")[0] == 0
+        metadata(conn)
+        assert conn.recv_frame()
+        error, message, _ = login(conn, "admin", "admin-secret")
+        assert error == 58 and "Cannot change principals during re-authentication" in message
+        assert conn.wait_closed()
 
 
 def _handshake(conn: Conn, mechanism: str) -> int:

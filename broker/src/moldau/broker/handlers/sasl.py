@@ -42,13 +42,13 @@ async def handle_sasl_authenticate(broker: Broker, request: Request) -> Result:
     if session is None:
         return _last(request, {"error_code": ErrorCode.illegal_sasl_state,
                                "error_message": "SASL is not enabled on this listener",
-                               "auth_bytes": b"", "session_lifetime_ms": 0})
+                               "auth_bytes": b"", "session_lifetime": 0})
     try:
         reply = connection.authenticate(request.body.auth_bytes)
     except AuthenticationFailed as exc:
         return respond(request, {"error_code": ErrorCode.sasl_authentication_failed,
                                  "error_message": str(exc), "auth_bytes": b"",
-                                 "session_lifetime_ms": 0})
+                                 "session_lifetime": 0})
     lifetime = session.reauth_ms if session.authenticated else 0
     return respond(request, {"error_code": ErrorCode.none, "error_message": None,
-                             "auth_bytes": reply, "session_lifetime_ms": lifetime})
+                             "auth_bytes": reply, "session_lifetime": lifetime})
