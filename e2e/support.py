@@ -426,10 +426,10 @@ def _ck_rec(msg) -> Rec:
 
 
 def ck_consume_all(bootstrap: str, topic: str, partitions: Iterable[int] = (0,),
-                   raw: bool = False) -> list:
+                   raw: bool = False, **config: object) -> list:
     from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
-    consumer = ck_consumer(bootstrap)
+    consumer = ck_consumer(bootstrap, **config)
     try:
         partitions = list(partitions)
         ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=15)[1]

@@ -53,7 +53,7 @@ def test_retention_ms_wins_over_hours():
     ({"controller.quorum.voters": "2@a:1,3@b:2"}, "controller.quorum.voters"),
     ({"controller.quorum.voters": "1@a:1,2@b:2"}, "controller.listener.names"),
     ({"controller.quorum.voters": "a:1"}, "controller.quorum.voters"),
-    ({"listeners": "SSL://h:1"}, "listeners"),
+    ({"listeners": "SSL://h:1"}, "ssl.keystore.type"),
 ])
 def test_bad_settings_name_the_key(raw, named):
     with pytest.raises(ConfigError, match=named.replace(".", r"\.")):

@@ -16,6 +16,17 @@ from moldau.broker.log.config import (
     LogConfig,
     effective_log_config,
 )
+from moldau.broker.security.settings import (
+    DEFAULT_PROTOCOL_MAP,
+    SASL_PROTOCOLS,
+    SECURITY_KEYS,
+    SUPPORTED_MECHANISMS,
+    TLS_PROTOCOLS,
+    listener_value,
+    parse_listener_overrides,
+    parse_protocol_map,
+    split_listener_overrides,
+)
 from moldau.config import (
     INT_MAX,
     LONG_MAX,
@@ -29,6 +40,7 @@ from moldau.config import (
     one_of,
 )
 from moldau.properties import load_properties
+from moldau.security.jaas import single_module
 
 T = ConfigType
 DEFAULT_LISTENERS = "PLAINTEXT://localhost:9092"
@@ -48,8 +60,9 @@ BROKER_CONFIG = ConfigDef([
     ConfigKey("listeners", T.LIST, [DEFAULT_LISTENERS], "NAME://host:port to listen on"),
     ConfigKey("advertised.listeners", T.LIST, None, "Listeners given to clients; "
               "defaults to listeners"),
-    ConfigKey("listener.security.protocol.map", T.LIST,
-              ["PLAINTEXT:PLAINTEXT", "CONTROLLER:PLAINTEXT"], "Listener name to protocol"),
+    ConfigKey("listener.security.protocol.map", T.LIST, DEFAULT_PROTOCOL_MAP,
+              "Listener name to protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL); "
+              "controller listeners missing from the default map are PLAINTEXT"),
     ConfigKey("inter.broker.listener.name", T.STRING, None, "Listener for broker traffic"),
     ConfigKey("socket.request.max.bytes", T.INT, 104857600, "Largest request accepted",
               at_least(1)),
@@ -225,6 +238,7 @@ BROKER_CONFIG = ConfigDef([
     ConfigKey("transaction.remove.expired.transaction.cleanup.interval.ms", T.INT, 3600000,
               "How often transactional ids idle past transactional.id.expiration.ms are "
               "removed", at_least(1)),
+    *SECURITY_KEYS,
 ])
 
 def split_known(raw: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
@@ -322,6 +336,8 @@ class BrokerConfig:
     """The broker's effective settings. `values` holds every key, typed."""
 
     def __init__(self, raw: Mapping[str, Any]) -> None:
+        raw, per_listener = split_listener_overrides(raw)
+        self.listener_overrides = parse_listener_overrides(per_listener)
         own, self.not_applied = split_known(raw)
         parsed = BROKER_CONFIG.parse(own, what="broker configuration")
         self.overrides = parsed
@@ -346,8 +362,8 @@ class BrokerConfig:
             if endpoint.listener not in listener_names:
                 raise ConfigError(f"Invalid value for configuration advertised.listeners: "
                                   f"{endpoint.listener} is not in listeners")
-        self._check_supported()
         self._derive_roles()
+        self._derive_security()
         self.log_dirs: list[str] = v["log.dirs"] or [v["log.dir"]]
         if not self.log_dirs:
             raise ConfigError("Invalid value for configuration log.dirs: no directory given")
@@ -369,17 +385,124 @@ class BrokerConfig:
         self.per_ip_overrides = self._parse_ip_overrides(v["max.connections.per.ip.overrides"])
         self.http_listener = parse_http_listener(v["http.listener"] or "")
 
-    def _check_supported(self) -> None:
-        """Reject Kafka settings whose other values Moldau does not implement yet, rather
-        than accept them and behave differently."""
+    def _derive_security(self) -> None:
+        """Each listener's security protocol and the inter-broker listener, checked as Kafka
+        checks them."""
         v = self.values
-        protocols = dict(item.partition(":")[::2] for item in
-                         v["listener.security.protocol.map"])
+        protocols = parse_protocol_map(v["listener.security.protocol.map"])
+        explicit_map = "listener.security.protocol.map" in self.overrides
+        controller_names = {name.upper() for name in v["controller.listener.names"]}
+        self.protocols: dict[str, str] = {}
         for endpoint in self.listeners:
-            protocol = protocols.get(endpoint.listener, endpoint.listener)
-            if protocol != "PLAINTEXT":
+            protocol = protocols.get(endpoint.listener)
+            if protocol is None and not explicit_map and endpoint.listener in controller_names:
+                protocol = "PLAINTEXT"  # Kafka's KRaft default for an unmapped controller
+            if protocol is None:
                 raise ConfigError(f"Invalid value {endpoint} for configuration listeners: "
-                                  f"security protocol {protocol} is not supported yet")
+                                  f"No security protocol defined for listener "
+                                  f"{endpoint.listener} in listener.security.protocol.map")
+            self.protocols[endpoint.listener] = protocol
+        self.inter_broker_listener = self._inter_broker_listener(controller_names)
+        # The controllers' listener, as this node reaches it (a broker-only node has no
+        # controller listener of its own: the first of controller.listener.names).
+        self.controller_listener_name = (
+            self.controller_listener.listener if self.controller_listener is not None
+            else str(v["controller.listener.names"][0]).upper())
+        self.controller_protocol = protocols.get(self.controller_listener_name, "PLAINTEXT")
+        if self.controller_protocol in SASL_PROTOCOLS:
+            raise ConfigError(f"Invalid value {self.controller_protocol} for the controller "
+                              f"listener {self.controller_listener_name} in configuration "
+                              "listener.security.protocol.map: controller listeners are "
+                              "PLAINTEXT or SSL (SASL there is not supported yet)")
+        if self.controller_protocol in TLS_PROTOCOLS and self.controller_listener is None:
+            self._check_store_type(self.controller_listener_name, "truststore")
+        for endpoint in self.listeners:
+            if self.protocols[endpoint.listener] in TLS_PROTOCOLS:
+                self._check_keystore(endpoint.listener)
+            if self.protocols[endpoint.listener] in SASL_PROTOCOLS:
+                self._check_mechanisms(endpoint.listener)
+
+    def _check_store_type(self, listener: str, store: str) -> None:
+        key = f"ssl.{store}.type"
+        if store == "truststore" and not self.listener_setting(listener,
+                                                               "ssl.truststore.location"):
+            return  # no truststore file: its type does not matter
+        kind = str(self.listener_setting(listener, key)).upper()
+        if kind not in ("PKCS12", "PEM"):
+            raise ConfigError(f"Invalid value {kind} for configuration "
+                              f"{self.setting_name(listener, key)}: Moldau reads PKCS12 "
+                              "and PEM stores")
+
+    def _check_keystore(self, listener: str) -> None:
+        """A TLS listener needs a keystore Moldau can read; its contents are checked when
+        the listener starts."""
+        for store in ("keystore", "truststore"):
+            self._check_store_type(listener, store)
+        if not (self.listener_setting(listener, "ssl.keystore.location")
+                or self.listener_setting(listener, "ssl.keystore.certificate.chain")):
+            raise ConfigError(f"Missing configuration listener.name.{listener.lower()}."
+                              "ssl.keystore.location (or ssl.keystore.location, or the PEM "
+                              "ssl.keystore.certificate.chain and ssl.keystore.key): TLS on "
+                              f"listener {listener} needs a keystore")
+
+    def _inter_broker_listener(self, controller_names: set[str]) -> str:
+        """inter.broker.listener.name, else the listener named after
+        security.inter.broker.protocol, else (neither set) the first broker listener."""
+        v = self.values
+        named = v["inter.broker.listener.name"]
+        by_protocol = "security.inter.broker.protocol" in self.overrides
+        if named and by_protocol:
+            raise ConfigError("Invalid value for configuration inter.broker.listener.name: "
+                              "Only one of inter.broker.listener.name and "
+                              "security.inter.broker.protocol should be set")
+        listener = named.upper() if named else (
+            v["security.inter.broker.protocol"] if by_protocol else None)
+        if listener is None:
+            return (self.broker_listeners or self.listeners)[0].listener
+        key = "inter.broker.listener.name" if named else "security.inter.broker.protocol"
+        if self.is_broker and listener not in {e.listener for e in self.advertised_listeners}:
+            raise ConfigError(f"Invalid value {listener} for configuration {key}: "
+                              f"{listener} must be a listener name defined in "
+                              "advertised.listeners")
+        if listener in controller_names:
+            raise ConfigError(f"Invalid value {listener} for configuration {key}: the "
+                              "inter-broker listener cannot be a controller listener")
+        return listener
+
+    def _check_mechanisms(self, listener: str) -> None:
+        mechanisms = self.listener_setting(listener, "sasl.enabled.mechanisms")
+        key = self.setting_name(listener, "sasl.enabled.mechanisms")
+        for mechanism in mechanisms:
+            if mechanism not in SUPPORTED_MECHANISMS:
+                raise ConfigError(f"Invalid value {mechanism} for configuration {key}: "
+                                  f"the SASL mechanisms supported are "
+                                  f"{', '.join(SUPPORTED_MECHANISMS)}")
+        if "PLAIN" in mechanisms:
+            jaas = self.jaas_config(listener, "PLAIN")
+            if jaas is None:
+                raise ConfigError(f"Missing configuration listener.name.{listener.lower()}."
+                                  "plain.sasl.jaas.config (or sasl.jaas.config): PLAIN on "
+                                  f"listener {listener} needs its users")
+            single_module(jaas, "sasl.jaas.config")
+
+    def listener_setting(self, listener: str, key: str) -> Any:
+        """A security setting for one listener: `listener.name.<l>.<key>`, else `<key>`."""
+        return listener_value(self.values, self.listener_overrides, listener, key)
+
+    def setting_name(self, listener: str, key: str) -> str:
+        """The key a listener's value of `key` came from, for error messages."""
+        if key in self.listener_overrides.get(listener, {}):
+            return f"listener.name.{listener.lower()}.{key}"
+        return key
+
+    def jaas_config(self, listener: str, mechanism: str) -> str | None:
+        """The JAAS config of a mechanism on a listener, as Kafka looks it up."""
+        return (self.listener_overrides.get(listener, {}).get(
+            f"{mechanism.lower()}.sasl.jaas.config")
+            or self.listener_setting(listener, "sasl.jaas.config"))
+
+    def protocol_of(self, listener: str) -> str:
+        return self.protocols.get(listener, "PLAINTEXT")
 
     def _derive_roles(self) -> None:
         """process.roles, controller.quorum.voters and the controller listener, checked as

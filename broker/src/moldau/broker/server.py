@@ -38,6 +38,7 @@ from moldau.broker.metadata.image import MetadataImage
 from moldau.broker.metadata.log import METADATA_DIR
 from moldau.broker.metadata.quorum import MetadataQuorum
 from moldau.broker.metadata.records import MetadataRecord, PartitionRecord, RemoveTopicRecord
+from moldau.broker.metadata.scram_users import stored_credential
 from moldau.broker.metrics.health import LoopLagMonitor
 from moldau.broker.metrics.http import HttpEndpoint
 from moldau.broker.metrics.stats import BrokerTopicStats
@@ -47,9 +48,12 @@ from moldau.broker.network.response import Response
 from moldau.broker.network.server import SocketServer
 from moldau.broker.raft.tcp_transport import Service
 from moldau.broker.replication.manager import ReplicaManager
+from moldau.broker.security.outgoing import controller_security
+from moldau.broker.security.principal import ANONYMOUS
 from moldau.broker.storage import ensure_formatted, quorum_cluster_id
 from moldau.errors import KafkaError
 from moldau.protocol.messages import RequestHeader, encode_response
+from moldau.security.scram import ScramCredential
 
 log = logging.getLogger("moldau.broker")
 
@@ -68,7 +72,8 @@ class Broker:
         self._tasks: list[asyncio.Task[None]] = []
         self.dir_locks = DirLocks()
         self.channel = RequestChannel(config["queued.max.requests"])
-        self.network = SocketServer(config, self.channel, self._decode, self._ready.wait)
+        self.network = SocketServer(config, self.channel, self._decode, self._ready.wait,
+                                    self._scram_credential)
         self.handlers = RequestHandlerPool(self.channel, self._dispatch,
                                            config["num.io.threads"])
         self.topic_stats = BrokerTopicStats()
@@ -83,6 +88,9 @@ class Broker:
     @property
     def started(self) -> bool:
         return not self.stage
+
+    def _scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        return stored_credential(self.image, user, mechanism)
 
     def _decode(self, frame: bytes, connection: Connection) -> object:
         return decode_frame(frame, connection, unsupported_version_response)
@@ -155,7 +163,7 @@ class Broker:
             self.http.quorum_started()
         self.controller_channel = ControllerChannel(
             self.node_id, self.quorum, self.controller if config.is_controller else None,
-            cluster_id=self.cluster_id)
+            cluster_id=self.cluster_id, security=controller_security(config))
         if config.is_controller:
             self._tasks.append(asyncio.create_task(self._controller_loop(),
                                                    name="controller-maintenance"))
@@ -382,6 +390,7 @@ class _ControllerPortConnection:
 
     listener = CONTROLLER_PORT
     peer = "controller-listener"
+    principal = ANONYMOUS
 
     def new_request(self, header: RequestHeader, body: object) -> Request:
         return Request(header=header, body=body, connection=self,  # type: ignore[arg-type]

@@ -11,6 +11,7 @@ import itertools
 from collections.abc import Mapping
 from typing import Any
 
+from moldau.client.security import ClientSecurity
 from moldau.config import (
     INT_MAX,
     ConfigDef,
@@ -22,11 +23,41 @@ from moldau.config import (
     one_of,
 )
 
-__all__ = ["ADMIN_CONFIG", "COMMON_KEYS", "CONSUMER_CONFIG", "PRODUCER_CONFIG", "ConfigError",
-           "parse_config"]
-
 B, S, INT, L, LIST, C = (ConfigType.BOOLEAN, ConfigType.STRING, ConfigType.INT,
                          ConfigType.LONG, ConfigType.LIST, ConfigType.CLASS)
+P = ConfigType.PASSWORD
+
+# TLS and SASL, with Kafka's client names (and librdkafka's ssl.ca.location,
+# sasl.username and sasl.password, which many users know).
+SECURITY_KEYS: list[ConfigKey] = [
+    ConfigKey("ssl.ca.location", S, None, "PEM file of the CAs to trust (librdkafka's name)"),
+    ConfigKey("ssl.truststore.location", S, None, "truststore file"),
+    ConfigKey("ssl.truststore.type", S, "JKS", "PEM or PKCS12 (JKS is not read)"),
+    ConfigKey("ssl.truststore.password", P, None, "truststore password", sensitive=True),
+    ConfigKey("ssl.truststore.certificates", P, None, "trusted PEM certificates, inline",
+              sensitive=True),
+    ConfigKey("ssl.keystore.location", S, None, "keystore with this client's certificate"),
+    ConfigKey("ssl.keystore.type", S, "JKS", "PEM or PKCS12 (JKS is not read)"),
+    ConfigKey("ssl.keystore.password", P, None, "keystore password", sensitive=True),
+    ConfigKey("ssl.key.password", P, None, "private key password", sensitive=True),
+    ConfigKey("ssl.keystore.certificate.chain", P, None, "PEM certificate chain, inline",
+              sensitive=True),
+    ConfigKey("ssl.keystore.key", P, None, "PEM private key, inline", sensitive=True),
+    ConfigKey("ssl.endpoint.identification.algorithm", S, "https",
+              "https checks the broker's host name; empty does not"),
+    ConfigKey("ssl.enabled.protocols", LIST, ["TLSv1.2", "TLSv1.3"], "TLS versions",
+              one_of("TLSv1.2", "TLSv1.3")),
+    ConfigKey("ssl.protocol", S, "TLSv1.3", "accepted; ssl.enabled.protocols decides"),
+    ConfigKey("ssl.cipher.suites", LIST, [], "OpenSSL cipher list for TLSv1.2"),
+    ConfigKey("sasl.mechanism", S, "GSSAPI", "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"),
+    ConfigKey("sasl.jaas.config", P, None, "login module with username and password",
+              sensitive=True),
+    ConfigKey("sasl.username", S, None, "SASL user (instead of sasl.jaas.config)"),
+    ConfigKey("sasl.password", P, None, "SASL password", sensitive=True),
+]
+
+__all__ = ["ADMIN_CONFIG", "COMMON_KEYS", "CONSUMER_CONFIG", "PRODUCER_CONFIG", "ConfigError",
+           "parse_config"]
 
 COMMON_KEYS: list[ConfigKey] = [
     ConfigKey("bootstrap.servers", LIST, None,
@@ -53,8 +84,10 @@ COMMON_KEYS: list[ConfigKey] = [
               at_least(-1)),
     ConfigKey("receive.buffer.bytes", INT, 65536, "SO_RCVBUF; -1 keeps the OS default",
               at_least(-1)),
-    ConfigKey("security.protocol", S, "PLAINTEXT", "only PLAINTEXT is implemented",
-              one_of("PLAINTEXT", case_sensitive=False)),
+    ConfigKey("security.protocol", S, "PLAINTEXT", "PLAINTEXT, SSL, SASL_PLAINTEXT or "
+              "SASL_SSL", one_of("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL",
+                                 case_sensitive=False)),
+    *SECURITY_KEYS,
 ]
 
 PRODUCER_KEYS: list[ConfigKey] = [
@@ -177,6 +210,21 @@ def parse_config(definition: ConfigDef, config: Mapping[str, Any] | None,
     if parsed["retry.backoff.max.ms"] < parsed["retry.backoff.ms"]:
         parsed["retry.backoff.max.ms"] = parsed["retry.backoff.ms"]
     return parsed
+
+
+def client_security(config: Mapping[str, Any]) -> ClientSecurity:
+    """The TLS and SASL settings of a parsed client config, checked once."""
+
+    def setting(key: str) -> Any:
+        if key == "ssl.truststore.location" and not config.get(key):
+            return config.get("ssl.ca.location")
+        if key == "ssl.truststore.type" and not config.get("ssl.truststore.location"):
+            return "PEM"
+        return config.get(key)
+
+    return ClientSecurity.from_settings(config["security.protocol"], setting, lambda key: key,
+                                        mechanism=config["sasl.mechanism"],
+                                        jaas=config["sasl.jaas.config"])
 
 
 def parse_producer_config(config: Mapping[str, Any] | None,

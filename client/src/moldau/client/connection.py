@@ -25,6 +25,7 @@ from typing import Any
 from kio.serial import entity_reader, entity_writer
 
 from moldau.client.errors import DisconnectedError, KafkaError, ProtocolError
+from moldau.client.security import ClientSecurity
 from moldau.client.versions import ApiKey
 from moldau.protocol.messages import request_class, response_class
 
@@ -125,8 +126,8 @@ class BrokerConnection:
                  max_in_flight: int = 5, request_timeout_ms: int = 30000,
                  send_buffer_bytes: int = -1, receive_buffer_bytes: int = -1,
                  on_event: Callable[[BrokerConnection], None] | None = None,
-                 on_close: Callable[[BrokerConnection, KafkaError], None] | None = None
-                 ) -> None:
+                 on_close: Callable[[BrokerConnection, KafkaError], None] | None = None,
+                 security: ClientSecurity | None = None) -> None:
         self.node_id = node_id
         self.host = host
         self.port = port
@@ -137,6 +138,7 @@ class BrokerConnection:
         self.receive_buffer_bytes = receive_buffer_bytes
         self._on_event = on_event
         self._on_close = on_close
+        self.security = security or ClientSecurity()
         self.in_flight: deque[InFlightRequest] = deque()
         self.sending = False  # the newest request is not yet fully written
         self.closed = False
@@ -153,8 +155,10 @@ class BrokerConnection:
         return f"<BrokerConnection node={self.node_id} {self.host}:{self.port}>"
 
     async def open(self) -> None:
-        reader, writer = await asyncio.open_connection(self.host, self.port,
-                                                       limit=1024 * 1024)
+        context = self.security.context
+        reader, writer = await asyncio.open_connection(
+            self.host, self.port, limit=1024 * 1024, ssl=context,
+            server_hostname=self.host if context is not None else None)
         self._reader, self._writer = reader, writer
         transport = writer.transport
         self._transport = transport  # type: ignore[assignment]
@@ -172,6 +176,9 @@ class BrokerConnection:
         transport.set_write_buffer_limits(high=0)
         self._read_task = self._loop.create_task(self._read_loop(),
                                                  name=f"moldau-read-{self.node_id}")
+        if self.security.sasl:
+            await self.security.authenticate(self, f"node {self.node_id} "
+                                                   f"({self.host}:{self.port})")
 
     # -------------------------------------------------------------------------- sending
 

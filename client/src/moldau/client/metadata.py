@@ -160,6 +160,9 @@ class Metadata:
         self.allow_auto_topic_creation = allow_auto_topic_creation
         self.topic_idle = None if topic_idle_ms is None else topic_idle_ms / 1000
         self.last_error: KafkaError | None = None
+        # A broker refused this client's credentials: fatal, as in Kafka's clients, rather
+        # than retried until a timeout.
+        self.authentication_error: KafkaError | None = None
         # A pattern subscription needs every topic; then `topics` are not listed.
         self.need_all_topics = False
         # Topics to ask about, with the last time each was used.
@@ -318,6 +321,10 @@ class Metadata:
         self._notify()
         return cluster
 
+    def authentication_failed(self, error: KafkaError) -> None:
+        self.authentication_error = error
+        self.failed(error)
+
     def failed(self, error: KafkaError) -> None:
         self._failures += 1
         self.last_error = error
@@ -327,8 +334,12 @@ class Metadata:
         self._wakeup.notify()
 
     async def wait_for_change(self, timeout: float) -> None:
-        """Wait until the next update attempt finishes (success or failure) or `timeout`."""
-        await self._wakeup.wait(timeout)
+        """Wait until the next update attempt finishes (success or failure) or `timeout`;
+        raise the authentication error of a broker that refused the credentials."""
+        if self.authentication_error is None:
+            await self._wakeup.wait(timeout)
+        if self.authentication_error is not None:
+            raise self.authentication_error
 
     async def fetch_topic(self, topic: str, timeout: float) -> Cluster:
         """Wait until `topic` has partitions in the snapshot; raise for topics that cannot

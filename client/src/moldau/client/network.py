@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from enum import Enum
 from typing import Any
 
+from moldau.client.config import client_security
 from moldau.client.connection import BrokerConnection
 from moldau.client.errors import (
     DisconnectedError,
@@ -31,6 +32,7 @@ from moldau.client.errors import (
     error_for,
 )
 from moldau.client.metadata import Metadata
+from moldau.client.security import ClientSecurity
 from moldau.client.types import Node
 from moldau.client.versions import ApiKey, client_versions, negotiate
 from moldau.client.wakeup import Wakeup
@@ -95,6 +97,11 @@ class NodeState:
         self.last_error: KafkaError | None = None
 
 
+# Errors of a refused SASL exchange: Kafka's clients give up rather than retry.
+AUTHENTICATION_ERRORS = frozenset({ErrorCode.sasl_authentication_failed,
+                                   ErrorCode.unsupported_sasl_mechanism,
+                                   ErrorCode.illegal_sasl_state})
+
 RequestBody = Mapping[str, Any] | Callable[[int], bytes] | Any
 
 
@@ -103,7 +110,8 @@ class NetworkClient:
                  request_timeout_ms: int = 30000, reconnect_backoff_ms: int = 50,
                  reconnect_backoff_max_ms: int = 1000,
                  connection_setup_timeout_ms: int = 10000, send_buffer_bytes: int = -1,
-                 receive_buffer_bytes: int = -1) -> None:
+                 receive_buffer_bytes: int = -1, security: ClientSecurity | None = None
+                 ) -> None:
         self.metadata = metadata
         self.client_id = client_id
         self.max_in_flight = max_in_flight
@@ -111,6 +119,7 @@ class NetworkClient:
         self.connection_setup_timeout = connection_setup_timeout_ms / 1000
         self.send_buffer_bytes = send_buffer_bytes
         self.receive_buffer_bytes = receive_buffer_bytes
+        self.security = security
         self.backoff = ExponentialBackoff(reconnect_backoff_ms / 1000,
                                           reconnect_backoff_max_ms / 1000)
         self._states: dict[int, NodeState] = {}
@@ -131,7 +140,8 @@ class NetworkClient:
                    reconnect_backoff_max_ms=config["reconnect.backoff.max.ms"],
                    connection_setup_timeout_ms=config["socket.connection.setup.timeout.ms"],
                    send_buffer_bytes=config["send.buffer.bytes"],
-                   receive_buffer_bytes=config["receive.buffer.bytes"])
+                   receive_buffer_bytes=config["receive.buffer.bytes"],
+                   security=client_security(config))
 
     # -------------------------------------------------------------------------- events
 
@@ -251,7 +261,8 @@ class NetworkClient:
                                 request_timeout_ms=self.request_timeout_ms,
                                 send_buffer_bytes=self.send_buffer_bytes,
                                 receive_buffer_bytes=self.receive_buffer_bytes,
-                                on_event=self._on_conn_event, on_close=self._on_conn_close)
+                                on_event=self._on_conn_event, on_close=self._on_conn_close,
+                                security=self.security)
         try:
             await asyncio.wait_for(conn.open(), self.connection_setup_timeout)
             state.conn = conn
@@ -271,6 +282,8 @@ class NetworkClient:
                 state.conn = None
             conn._on_close = None
             conn.close(error)
+            if error.code in AUTHENTICATION_ERRORS:
+                self.metadata.authentication_failed(error)
             if state.state is ConnectionState.CONNECTING:  # not already handled on close
                 self._failed(state, error)
             return

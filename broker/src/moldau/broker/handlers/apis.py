@@ -2,6 +2,7 @@
 
 from moldau.broker.handlers import (  # noqa: F401
     api_versions,
+    client_quotas,
     cluster,
     configs,
     fetch,
@@ -13,6 +14,8 @@ from moldau.broker.handlers import (  # noqa: F401
     produce,
     producer_ids,
     quorum,
+    sasl,
+    scram_users,
     topics,
     transactions,
     txn_markers,

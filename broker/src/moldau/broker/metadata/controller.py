@@ -50,6 +50,7 @@ from moldau.broker.metadata.records import (
     RemoveTopicRecord,
     TopicRecord,
 )
+from moldau.broker.metadata.scram_users import ScramChange, plan_changes
 from moldau.config import ConfigError, ConfigType
 from moldau.errors import ErrorCode, KafkaError
 
@@ -619,6 +620,19 @@ class Controller:
             first = self.image.next_producer_id
             await self._commit([ProducerIdsRecord(broker_id, first + PRODUCER_ID_BLOCK)])
             return first, PRODUCER_ID_BLOCK
+
+    # --- SCRAM credentials ----------------------------------------------------------------
+
+    async def alter_user_scram_credentials(self, changes: Sequence[ScramChange]
+                                           ) -> dict[str, KafkaError | None]:
+        async with self._lock:
+            self._check_active()
+            outcome, records = plan_changes(self.image, changes)
+            await self._commit(records)
+            changed_users = sorted(user for user, error in outcome.items() if error is None)
+            if changed_users:
+                log.info("Altered SCRAM credentials of %s", ", ".join(changed_users))
+            return outcome
 
     # --- reassignments and elections (KIP-455, KIP-460) -----------------------------------
 

@@ -27,6 +27,7 @@ from moldau.broker.metadata.quorum import MetadataQuorum
 from moldau.broker.metadata.records import PartitionRecord
 from moldau.client.connection import BrokerConnection
 from moldau.client.errors import KafkaError as ClientError
+from moldau.client.security import ClientSecurity
 from moldau.errors import ErrorCode, KafkaError
 from moldau.protocol.build import build
 from moldau.protocol.messages import request_class
@@ -44,8 +45,10 @@ class _Retry(Exception):
 
 class ControllerChannel:
     def __init__(self, node_id: int, quorum: MetadataQuorum, controller: Controller | None,
-                 *, cluster_id: str, timeout_ms: int = 30000) -> None:
+                 *, cluster_id: str, timeout_ms: int = 30000,
+                 security: ClientSecurity | None = None) -> None:
         self.node_id = node_id
+        self.security = security  # of the controller listener
         self.quorum = quorum
         self.controller = controller
         self.cluster_id = cluster_id
@@ -80,10 +83,11 @@ class ControllerChannel:
             if address is None:
                 raise _Retry(f"no address for controller {leader}")
             connection = BrokerConnection(leader, *address, client_id=f"broker-{self.node_id}"
-                                          "-to-controller", request_timeout_ms=30000)
+                                          "-to-controller", request_timeout_ms=30000,
+                                          security=self.security)
             try:
                 await asyncio.wait_for(connection.open(), 5)
-            except (OSError, TimeoutError) as exc:
+            except (OSError, TimeoutError, KafkaError) as exc:
                 raise _Retry(f"cannot connect to controller {leader}: {exc}") from None
             self._connections[leader] = connection
             return connection

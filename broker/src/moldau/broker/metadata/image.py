@@ -14,8 +14,10 @@ from moldau.broker.metadata.records import (
     ProducerIdsRecord,
     RegisterBrokerRecord,
     RemoveTopicRecord,
+    RemoveUserScramCredentialRecord,
     TopicRecord,
     UnregisterBrokerRecord,
+    UserScramCredentialRecord,
 )
 
 
@@ -53,6 +55,8 @@ class MetadataImage:
     # (resource type, resource name) -> {config name: value}
     configs: dict[tuple[int, str], dict[str, str]] = field(default_factory=dict)
     brokers: dict[int, BrokerRegistration] = field(default_factory=dict)
+    # (user, mechanism wire type) -> credential, as stored
+    scram: dict[tuple[str, int], UserScramCredentialRecord] = field(default_factory=dict)
     next_producer_id: int = 0
     offset: int = -1
 
@@ -95,6 +99,10 @@ class MetadataImage:
                 current = self.brokers.get(broker_id)
                 if current is not None and current.epoch == record.broker_epoch:
                     del self.brokers[broker_id]
+            case UserScramCredentialRecord(name=name, mechanism=mechanism):
+                self.scram[(name, mechanism)] = record
+            case RemoveUserScramCredentialRecord(name=name, mechanism=mechanism):
+                self.scram.pop((name, mechanism), None)
         self.offset = offset
 
     def clear(self) -> None:
@@ -103,6 +111,7 @@ class MetadataImage:
         self.topics_by_id.clear()
         self.configs.clear()
         self.brokers.clear()
+        self.scram.clear()
         self.next_producer_id = 0
         self.offset = -1
 
@@ -122,6 +131,7 @@ class MetadataImage:
         for (kind, name), overrides in self.configs.items():
             records += [ConfigRecord(kind, name, key, value)
                         for key, value in overrides.items()]
+        records.extend(self.scram.values())
         if self.next_producer_id:
             records.append(ProducerIdsRecord(-1, self.next_producer_id))
         return records

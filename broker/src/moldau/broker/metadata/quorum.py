@@ -33,6 +33,7 @@ from moldau.broker.raft.quorum_store import QUORUM_STATE_FILE
 from moldau.broker.raft.state import LeaderState, RaftConfig, Role
 from moldau.broker.raft.tcp_transport import Service, TcpTransport
 from moldau.broker.raft.wire import QuorumInfo
+from moldau.broker.security.outgoing import controller_security, controller_server_context
 from moldau.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("moldau.broker.metadata")
@@ -157,7 +158,8 @@ class MetadataQuorum:
                 listener.port if listener else 0, peers=peers,
                 cluster_id=self.cluster_id, describe_quorum=self.describe,
                 request_timeout_ms=self.config["controller.quorum.request.timeout.ms"],
-                services=services)
+                services=services, ssl_server=controller_server_context(self.config),
+                ssl_client=controller_security(self.config).context)
         else:
             transport = _NoPeers()
         self.driver = RaftDriver(self.node_id, self.voters, self.directory,

@@ -95,12 +95,35 @@ class UnregisterBrokerRecord:
     broker_epoch: int
 
 
+@dataclass(frozen=True)
+class UserScramCredentialRecord:
+    """A user's SCRAM credential for one mechanism (Kafka's wire type: 1 SHA-256, 2 SHA-512);
+    the salt and keys in base64. Never the password."""
+
+    TYPE: ClassVar[str] = "user_scram_credential"
+    name: str
+    mechanism: int
+    salt: str
+    stored_key: str
+    server_key: str
+    iterations: int
+
+
+@dataclass(frozen=True)
+class RemoveUserScramCredentialRecord:
+    TYPE: ClassVar[str] = "remove_user_scram_credential"
+    name: str
+    mechanism: int
+
+
 MetadataRecord = (TopicRecord | PartitionRecord | ConfigRecord | RemoveTopicRecord
                   | ProducerIdsRecord | RegisterBrokerRecord | BrokerRegistrationChangeRecord
-                  | UnregisterBrokerRecord)
+                  | UnregisterBrokerRecord | UserScramCredentialRecord
+                  | RemoveUserScramCredentialRecord)
 _TYPES: dict[str, type] = {cls.TYPE: cls for cls in (
     TopicRecord, PartitionRecord, ConfigRecord, RemoveTopicRecord, ProducerIdsRecord,
-    RegisterBrokerRecord, BrokerRegistrationChangeRecord, UnregisterBrokerRecord)}
+    RegisterBrokerRecord, BrokerRegistrationChangeRecord, UnregisterBrokerRecord,
+    UserScramCredentialRecord, RemoveUserScramCredentialRecord)}
 
 
 def _plain(value: Any) -> Any:

@@ -43,6 +43,7 @@ class BrokerCollector:
         yield from self._topic_meters()
         yield from self._requests()
         yield self._connections()
+        yield from self._authentications()
         yield from _disk_io()
         # Start-up fills the partition table in a thread: read it only once started.
         if self.broker.started and self.broker.config.is_broker:
@@ -89,6 +90,15 @@ class BrokerCollector:
                      "Open client connections per listener",
                      series=(({"listener": listener, "networkProcessor": "0"}, count)
                              for listener, count in sorted(per_listener.items())))
+
+    def _authentications(self) -> Iterator[Metric]:
+        auth_log = self.broker.network.auth_log
+        for outcome, counts in (("failed", auth_log.failed),
+                                ("successful", auth_log.succeeded)):
+            doc = f"Connections whose TLS handshake or SASL authentication {outcome}"
+            yield counter(f"kafka_server_socket_server_metrics_{outcome}_authentication", doc,
+                          series=(({"listener": listener, "networkProcessor": "0"}, count)
+                                  for listener, count in sorted(counts.items())))
 
     def _replicas(self) -> Iterator[Metric]:
         partitions = list(self.broker.replicas.partitions.values())

@@ -38,6 +38,11 @@ class Request:
     def listener(self) -> str:
         return self.connection.listener
 
+    @property
+    def principal(self) -> str:
+        """`User:<name>` of the authenticated client, `User:ANONYMOUS` when none."""
+        return self.connection.principal
+
 
 class RequestChannel:
     def __init__(self, max_queued: int) -> None:

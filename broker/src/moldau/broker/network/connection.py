@@ -15,6 +15,14 @@ from collections.abc import Awaitable, Callable
 
 from moldau.broker.network.channel import Request, RequestChannel
 from moldau.broker.network.response import Response, send_response
+from moldau.broker.security.audit import AuthenticationLog
+from moldau.broker.security.principal import ANONYMOUS
+from moldau.broker.security.sasl import (
+    AuthenticationFailed,
+    IllegalSaslState,
+    SaslSession,
+    Stage,
+)
 from moldau.protocol.messages import MalformedRequest, RequestHeader
 
 log = logging.getLogger("moldau.broker.network")
@@ -34,7 +42,7 @@ class Connection:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *,
                  listener: str, peer: str, channel: RequestChannel, decode: Decoder,
                  ready: Callable[[], Awaitable[None]], max_request_bytes: int,
-                 idle_timeout_s: float) -> None:
+                 idle_timeout_s: float, auth_log: AuthenticationLog | None = None) -> None:
         self.reader = reader
         self.writer = writer
         self.listener = listener
@@ -45,6 +53,12 @@ class Connection:
         self.max_request_bytes = max_request_bytes
         self.idle_timeout_s = idle_timeout_s
         self.client_software: tuple[str, str] | None = None  # from ApiVersions (KIP-511)
+        # Who the client is: its certificate's or SASL identity (authorization's input).
+        self.principal = ANONYMOUS
+        self.auth_log = auth_log or AuthenticationLog()
+        self.sasl: SaslSession | None = None  # on SASL listeners
+        # Set by a handler whose response is the last (a failed authentication).
+        self.close_after_response = False
         self.closing = False
 
     async def serve(self) -> None:
@@ -55,8 +69,13 @@ class Connection:
                 if frame is None:
                     return
                 await self.ready()
+                if self.sasl is not None and self.sasl.raw_tokens:
+                    if not await self._raw_sasl_token(frame):
+                        return
+                    continue
                 decoded = self.decode(frame, self)
                 if isinstance(decoded, Request):
+                    self._check_sasl_sequence(decoded.header.api_key)
                     await self.channel.put(decoded)
                     response = await decoded.response
                 else:
@@ -67,6 +86,8 @@ class Connection:
                     header = decoded.header
                     self.channel.stats.record(header.api_key, header.api_version,
                                               decoded.received_at, decoded.metric_name)
+                if self.close_after_response:
+                    return
         except (MalformedRequest, CloseConnection) as exc:
             log.warning("Closing connection from %s: %s", self.peer, exc)
         except TimeoutError:
@@ -82,6 +103,40 @@ class Connection:
             log.exception("Closing connection from %s after an internal error", self.peer)
         finally:
             self.writer.close()
+
+    def _check_sasl_sequence(self, api_key: int) -> None:
+        if self.sasl is None or self.sasl.permits(api_key):
+            return
+        if self.sasl.authenticated:
+            raise CloseConnection("its SASL session expired (connections.max.reauth.ms) "
+                                  "and it did not re-authenticate")
+        raise CloseConnection(f"Unexpected Kafka request of type {api_key} during SASL "
+                              "handshake")
+
+    def authenticate(self, token: bytes) -> bytes:
+        """One SASL token; the reply. A refusal is logged, closes the connection after the
+        response and raises AuthenticationFailed with the message for the client."""
+        assert self.sasl is not None
+        try:
+            reply = self.sasl.authenticate(token)
+        except (AuthenticationFailed, IllegalSaslState) as exc:
+            self.auth_log.failure(self.listener, self.peer, str(exc))
+            self.close_after_response = True
+            raise AuthenticationFailed(str(exc)) from None
+        if self.sasl.stage is Stage.DONE:  # this token completed the exchange
+            self.principal = self.sasl.principal or ANONYMOUS
+            self.auth_log.success(self.listener)
+        return reply
+
+    async def _raw_sasl_token(self, frame: bytes) -> bool:
+        """A bare token after a SaslHandshake v0; False when the connection must close."""
+        try:
+            reply = self.authenticate(frame)
+        except AuthenticationFailed:
+            return False
+        self.writer.write(_SIZE.pack(len(reply)) + reply)
+        await self.writer.drain()
+        return True
 
     def close(self) -> None:
         self.closing = True

@@ -5,30 +5,54 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import ssl
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from moldau.broker.config import BrokerConfig, Endpoint
 from moldau.broker.network.channel import RequestChannel
 from moldau.broker.network.connection import Connection, Decoder
+from moldau.broker.security.audit import AuthenticationLog
+from moldau.broker.security.principal import NoMatchingRule, PrincipalMapper
+from moldau.broker.security.sasl import CredentialLookup, SaslSession, sasl_sessions
+from moldau.broker.security.settings import SASL_PROTOCOLS, TLS_PROTOCOLS
+
+if TYPE_CHECKING:
+    from moldau.broker.security.tls import ListenerTls
 
 log = logging.getLogger("moldau.broker.network")
+
+# A client that connects to a TLS listener and does not finish the handshake in this time
+# is dropped, so idle half-open sockets cannot pile up.
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
 
 
 class SocketServer:
     def __init__(self, config: BrokerConfig, channel: RequestChannel, decode: Decoder,
-                 ready: Callable[[], Awaitable[None]]) -> None:
+                 ready: Callable[[], Awaitable[None]],
+                 credentials: CredentialLookup = lambda user, mechanism: None) -> None:
         self.config = config
         self.channel = channel
         self.decode = decode
         self.ready = ready
+        self.credentials = credentials
         self._servers: list[asyncio.Server] = []
         self._connections: dict[asyncio.Task[None], Connection] = {}
         self._per_ip: Counter[str] = Counter()
         self.bound: list[Endpoint] = []
+        self._tls: dict[str, tuple[ListenerTls, PrincipalMapper]] = {}
+        self._sasl: dict[str, Callable[[], SaslSession]] = {}
+        self.auth_log = AuthenticationLog()
 
     async def start(self) -> list[Endpoint]:
         for endpoint in self.config.broker_listeners:
+            protocol = self.config.protocol_of(endpoint.listener)
+            if protocol in TLS_PROTOCOLS:
+                self._tls[endpoint.listener] = self._listener_tls(endpoint.listener)
+            if protocol in SASL_PROTOCOLS:
+                self._sasl[endpoint.listener] = sasl_sessions(self.config, endpoint.listener,
+                                                              self.credentials)
             server = await asyncio.start_server(
                 lambda r, w, e=endpoint: self._accept(r, w, e.listener),
                 host=endpoint.host or None, port=endpoint.port, reuse_address=True,
@@ -37,6 +61,42 @@ class SocketServer:
             self._servers.append(server)
             self.bound.append(Endpoint(endpoint.listener, endpoint.host, port))
         return self.bound
+
+    def _listener_tls(self, listener: str) -> tuple[ListenerTls, PrincipalMapper]:
+        from moldau.broker.security.tls import ListenerTls  # cryptography: only for TLS
+
+        config = self.config
+
+        def setting(key: str) -> object:
+            return config.listener_setting(listener, key)
+
+        def name(key: str) -> str:
+            return config.setting_name(listener, key)
+
+        rules_key = "ssl.principal.mapping.rules"
+        return (ListenerTls(listener, setting, name),
+                PrincipalMapper(setting(rules_key), name(rules_key)))
+
+    async def _start_tls(self, writer: asyncio.StreamWriter, listener: str,
+                         peer: str) -> str | None:
+        """The TLS handshake; the client's principal, or None when it failed (logged)."""
+        tls, mapper = self._tls[listener]
+        try:
+            async with asyncio.timeout(TLS_HANDSHAKE_TIMEOUT_S):
+                await writer.start_tls(tls.context())
+            ssl_object = writer.get_extra_info("ssl_object")
+            principal = mapper.principal_of_certificate(ssl_object.getpeercert(True))
+        except (ssl.SSLError, ConnectionError, TimeoutError, NoMatchingRule, OSError) as exc:
+            reason = (getattr(exc, "verify_message", None) or getattr(exc, "reason", None)
+                      or str(exc) or type(exc).__name__)
+            if isinstance(exc, TimeoutError):
+                reason = f"no handshake within {TLS_HANDSHAKE_TIMEOUT_S:.0f} s"
+            self.auth_log.failure(listener, peer, f"SSL handshake failed: {reason}")
+            writer.close()
+            return None
+        if listener not in self._sasl:
+            self.auth_log.success(listener)
+        return principal
 
     def _limit_for(self, ip: str) -> int:
         return self.config.per_ip_overrides.get(ip, self.config["max.connections.per.ip"])
@@ -52,22 +112,37 @@ class SocketServer:
             writer.close()
             return
         self._tune(writer.get_extra_info("socket"))
-        self._per_ip[ip] += 1
+        peer = f"{ip}:{peername[1]}"
+        self._per_ip[ip] += 1  # a handshake in progress counts against the limits too
+        try:
+            await self._serve(reader, writer, listener, peer)
+        finally:
+            self._per_ip[ip] -= 1
+            if self._per_ip[ip] <= 0:
+                del self._per_ip[ip]
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                     listener: str, peer: str) -> None:
         connection = Connection(
-            reader, writer, listener=listener, peer=f"{ip}:{peername[1]}",
+            reader, writer, listener=listener, peer=peer,
             channel=self.channel, decode=self.decode, ready=self.ready,
             max_request_bytes=self.config["socket.request.max.bytes"],
-            idle_timeout_s=self.config["connections.max.idle.ms"] / 1000)
+            idle_timeout_s=self.config["connections.max.idle.ms"] / 1000,
+            auth_log=self.auth_log)
+        if listener in self._sasl:
+            connection.sasl = self._sasl[listener]()
         task = asyncio.current_task()
         assert task is not None
         self._connections[task] = connection
         try:
+            if listener in self._tls:
+                principal = await self._start_tls(writer, listener, peer)
+                if principal is None:
+                    return
+                connection.principal = principal
             await connection.serve()
         finally:
             self._connections.pop(task, None)
-            self._per_ip[ip] -= 1
-            if self._per_ip[ip] <= 0:
-                del self._per_ip[ip]
 
     def _tune(self, sock: socket.socket | None) -> None:
         if sock is None:

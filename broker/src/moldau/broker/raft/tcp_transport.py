@@ -40,6 +40,7 @@ import asyncio
 import collections
 import contextlib
 import logging
+import ssl
 import struct
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -173,8 +174,13 @@ class TcpTransport:
                  reconnect_backoff_ms: int = 50,
                  reconnect_backoff_max_ms: int = 1000,
                  describe_quorum: Callable[[], QuorumInfo] | None = None,
-                 services: Mapping[int, Service] | None = None) -> None:
+                 services: Mapping[int, Service] | None = None,
+                 ssl_server: ssl.SSLContext | None = None,
+                 ssl_client: ssl.SSLContext | None = None) -> None:
         self.node_id = node_id
+        # TLS of the controller listener: what this node serves, and towards the voters.
+        self.ssl_server = ssl_server
+        self.ssl_client = ssl_client
         self.services: dict[int, Service] = dict(services or {})
         self._service_tasks: set[asyncio.Task[bytes]] = set()
         self.host = host
@@ -206,7 +212,8 @@ class TcpTransport:
         """Listen; messages that arrive are given to `handler` (or the `handler` attribute)."""
         if handler is not None:
             self.handler = handler
-        self._server = await asyncio.start_server(self._serve, self.host, self.port)
+        self._server = await asyncio.start_server(self._serve, self.host, self.port,
+                                                  ssl=self.ssl_server)
         self.port = self._server.sockets[0].getsockname()[1]
 
     def set_peer(self, node_id: int, host: str, port: int) -> None:
@@ -286,8 +293,9 @@ class TcpTransport:
 
     async def _connect(self, channel: _Outgoing, address: tuple[str, int]) -> None:
         try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(*address),
-                                                    self.connect_timeout)
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(
+                *address, ssl=self.ssl_client,
+                server_hostname=address[0] if self.ssl_client else None), self.connect_timeout)
         except (OSError, TimeoutError) as exc:
             channel.failures += 1
             delay = min(self.reconnect_backoff * (1 << min(channel.failures - 1, 16)),

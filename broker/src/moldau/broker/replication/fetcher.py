@@ -24,7 +24,9 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 from moldau.broker.config import BrokerConfig
 from moldau.broker.replication import truncation
 from moldau.broker.replication.partition import Partition
+from moldau.broker.security.outgoing import inter_broker_security
 from moldau.client.connection import BrokerConnection
+from moldau.client.security import ClientSecurity
 from moldau.errors import ErrorCode, KafkaError
 from moldau.protocol.build import build
 from moldau.protocol.messages import request_class
@@ -52,27 +54,16 @@ class FetchSettings(NamedTuple):
     backoff_ms: int
     socket_timeout_ms: int
     num_fetchers: int
+    security: ClientSecurity = ClientSecurity()  # of the inter-broker listener
 
     @classmethod
     def from_config(cls, config: BrokerConfig) -> FetchSettings:
-        return cls(config.node_id, inter_broker_listener(config),
+        return cls(config.node_id, config.inter_broker_listener,
                    config["replica.fetch.wait.max.ms"], config["replica.fetch.min.bytes"],
                    config["replica.fetch.max.bytes"],
                    config["replica.fetch.response.max.bytes"],
                    config["replica.fetch.backoff.ms"], config["replica.socket.timeout.ms"],
-                   config["num.replica.fetchers"])
-
-
-def inter_broker_listener(config: BrokerConfig) -> str:
-    """inter.broker.listener.name, else the first listener that is not a controller one."""
-    named = config["inter.broker.listener.name"]
-    if named:
-        return str(named).upper()
-    controller = {name.upper() for name in config["controller.listener.names"]}
-    for endpoint in config.listeners:
-        if endpoint.listener not in controller:
-            return endpoint.listener
-    return config.listeners[0].listener
+                   config["num.replica.fetchers"], inter_broker_security(config))
 
 
 class FollowerHost(Protocol):
@@ -204,10 +195,10 @@ class ReplicaFetcher:
         connection = BrokerConnection(
             self.leader_id, host, port, max_in_flight=1,
             client_id=f"broker-{self.settings.node_id}-fetcher-{self.fetcher_id}",
-            request_timeout_ms=self.settings.socket_timeout_ms)
+            request_timeout_ms=self.settings.socket_timeout_ms, security=self.settings.security)
         try:
             await asyncio.wait_for(connection.open(), self.settings.socket_timeout_ms / 1000)
-        except (OSError, TimeoutError) as exc:
+        except (OSError, TimeoutError, KafkaError) as exc:
             # Once per outage: a dead leader is retried every back-off until metadata moves.
             log.log(logging.DEBUG if self._unreachable else logging.INFO,
                     "%r: cannot connect to %s:%d: %s", self, host, port, exc)

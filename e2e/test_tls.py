@@ -1,0 +1,205 @@
+"""TLS listeners with real clients: kafka-python, confluent-kafka and aiokafka over SSL,
+with and without client certificates; refused handshakes leave the broker serving others."""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import struct
+import time
+from pathlib import Path
+
+import pytest
+
+from e2e.certs import PASSWORD, CertAuthority
+from e2e.conftest import Broker
+from e2e.support import (
+    aio_produce,
+    ck_consume_all,
+    ck_produce,
+    free_port,
+    kp_consume_all,
+    kp_produce,
+    make_records,
+    run,
+    unique,
+    wait_until,
+)
+from e2e.test_metrics import scrape, value
+
+FAILED_AUTH = "kafka_server_socket_server_metrics_failed_authentication_total"
+
+
+class TlsBed:
+    """A CA, a broker with one SSL listener (PKCS12 keystore, PEM truststore) and client
+    credentials."""
+
+    def __init__(self, directory: Path, broker_factory, client_auth: str) -> None:
+        self.dir = directory
+        self.ca = CertAuthority()
+        self.ca_file = str(self.ca.write_ca(directory / "ca.pem"))
+        self.keystore = directory / "server.p12"
+        self.ca.write_pkcs12(self.ca.issue("localhost", server=True), self.keystore)
+        port = free_port()
+        self.broker: Broker = broker_factory({
+            "listeners": f"SSL://127.0.0.1:{port}",
+            "ssl.keystore.type": "PKCS12", "ssl.keystore.location": str(self.keystore),
+            "ssl.keystore.password": PASSWORD, "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": self.ca_file, "ssl.client.auth": client_auth,
+            "ssl.principal.mapping.rules": "RULE:^CN=(.*?),.*$/$1/L"}, port=port)
+
+    def client_files(self, name: str, *, expired: bool = False,
+                     ca: CertAuthority | None = None) -> dict[str, str]:
+        issued = (ca or self.ca).issue(name, expired=expired)
+        return self.ca.write_client_files(issued, self.dir, name)
+
+    def kp(self, files: dict[str, str] | None = None) -> dict[str, object]:
+        config: dict[str, object] = {"security_protocol": "SSL", "ssl_cafile": self.ca_file}
+        if files:
+            config |= {"ssl_certfile": files["cert"], "ssl_keyfile": files["key"]}
+        return config
+
+    def ck(self, files: dict[str, str] | None = None) -> dict[str, object]:
+        config: dict[str, object] = {"security.protocol": "SSL",
+                                     "ssl.ca.location": self.ca_file}
+        if files:
+            config |= {"ssl.certificate.location": files["cert"],
+                       "ssl.key.location": files["key"]}
+        return config
+
+    def client_context(self, files: dict[str, str] | None = None) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=self.ca_file)
+        if files:
+            context.load_cert_chain(files["cert"], files["key"])
+        return context
+
+    def failed_authentications(self) -> float:
+        return value(scrape(self.broker.http_port), FAILED_AUTH, listener="SSL",
+                     networkProcessor="0")
+
+
+@pytest.fixture
+def requested(tmp_path, broker_factory) -> TlsBed:
+    return TlsBed(tmp_path, broker_factory, "requested")
+
+
+def test_every_client_produces_and_consumes_over_tls(requested: TlsBed) -> None:
+    from aiokafka.helpers import create_ssl_context
+
+    bootstrap = requested.broker.bootstrap
+    topic = unique("tls")
+    records = make_records(30)
+    assert kp_produce(bootstrap, topic, records[:10], **requested.kp()) == list(range(10))
+    assert ck_produce(bootstrap, topic, records[10:20], **requested.ck()) == list(range(10, 20))
+    offsets = run(aio_produce(bootstrap, topic, records[20:], security_protocol="SSL",
+                              ssl_context=create_ssl_context(cafile=requested.ca_file)))
+    assert offsets == list(range(20, 30))
+    # A fetch over TLS is read from the log and written through the TLS transport.
+    assert [r.value for r in kp_consume_all(bootstrap, topic, **requested.kp())] == [
+        r.value for r in records]
+    assert len(ck_consume_all(bootstrap, topic, **requested.ck())) == 30
+
+
+def test_client_certificates_and_refused_handshakes(requested: TlsBed) -> None:
+    bootstrap = requested.broker.bootstrap
+    topic = unique("mtls")
+    alice = requested.client_files("Alice")
+    assert kp_produce(bootstrap, topic, make_records(5), **requested.kp(alice)) == list(range(5))
+    before = requested.failed_authentications()
+    refused = {"expired": requested.client_files("old", expired=True),
+               "untrusted": requested.client_files("mallory", ca=CertAuthority("Other CA"))}
+    for files in refused.values():
+        with pytest.raises((ssl.SSLError, ConnectionError)):
+            _handshake(requested.broker, requested.client_context(files), then_read=True)
+    # Plaintext Kafka spoken to the TLS port: the connection is closed, nothing answered.
+    with socket.create_connection(("127.0.0.1", requested.broker.port), timeout=10) as sock:
+        sock.sendall(_api_versions_frame())
+        assert _read_until_closed(sock) == b""
+    wait_until(lambda: requested.failed_authentications() >= before + 3, 20,
+               "three failed authentications counted")
+    log = requested.broker.tail(400)
+    assert log.count("Failed authentication with /127.0.0.1") >= 3
+    assert "certificate has expired" in log
+    assert "Traceback" not in log
+    # Others were never held up: the trusted client goes on.
+    assert kp_consume_all(bootstrap, topic, **requested.kp(alice))[-1].offset == 4
+
+
+def test_required_client_auth_refuses_a_client_without_certificate(tmp_path,
+                                                                   broker_factory) -> None:
+    bed = TlsBed(tmp_path, broker_factory, "required")
+    with pytest.raises((ssl.SSLError, ConnectionError)):
+        # TLS 1.3 reports the missing certificate on the first read.
+        _handshake(bed.broker, bed.client_context(), then_read=True)
+    files = bed.client_files("bob")
+    assert ck_produce(bed.broker.bootstrap, unique("req"), make_records(3),
+                      **bed.ck(files)) == [0, 1, 2]
+
+
+def test_a_replaced_keystore_is_served_to_the_next_connection(requested: TlsBed) -> None:
+    first = _server_certificate(requested)
+    renewed = requested.ca.issue("localhost", server=True)
+    staging = requested.dir / "renewed.p12"
+    requested.ca.write_pkcs12(renewed, staging)
+    staging.replace(requested.keystore)
+    wait_until(lambda: _server_certificate(requested) != first, 20,
+               "the renewed certificate served")
+    assert _server_certificate(requested) == renewed.cert.serial_number
+    assert kp_produce(requested.broker.bootstrap, unique("renewed"), make_records(2),
+                      **requested.kp()) == [0, 1]
+
+
+def _server_certificate(bed: TlsBed) -> int:
+    from cryptography import x509
+
+    with _handshake(bed.broker, bed.client_context()) as tls:
+        der = tls.getpeercert(binary_form=True)
+    return x509.load_der_x509_certificate(der).serial_number
+
+
+def _handshake(broker: Broker, context: ssl.SSLContext, then_read: bool = False
+               ) -> ssl.SSLSocket:
+    sock = socket.create_connection(("127.0.0.1", broker.port), timeout=10)
+    tls = context.wrap_socket(sock, server_hostname="localhost")
+    if then_read:
+        tls.sendall(_api_versions_frame())
+        if not _read_until_closed(tls):
+            raise ConnectionError("closed by the broker")
+    return tls
+
+
+def _api_versions_frame() -> bytes:
+    client_id = b"probe"
+    body = struct.pack(">hhih", 18, 0, 1, len(client_id)) + client_id
+    return struct.pack(">i", len(body)) + body
+
+
+def _read_until_closed(sock: socket.socket) -> bytes:
+    data = b""
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        try:
+            chunk = sock.recv(4096)
+        except ConnectionResetError:
+            return data
+        if not chunk:
+            return data
+        data += chunk
+        if len(data) >= 4 and len(data) >= 4 + struct.unpack(">i", data[:4])[0]:
+            return data
+    raise AssertionError("the connection neither answered nor closed")
+
+
+def test_moldau_client_with_a_client_certificate(requested: TlsBed) -> None:
+    from moldau.client import Admin, Producer
+
+    issued = requested.ca.issue("carol")
+    keystore = requested.ca.write_pem_keystore(issued, requested.dir / "carol.pem")
+    config = {"bootstrap.servers": requested.broker.bootstrap, "security.protocol": "SSL",
+              "ssl.truststore.type": "PEM", "ssl.truststore.location": requested.ca_file,
+              "ssl.keystore.type": "PEM", "ssl.keystore.location": str(keystore)}
+    topic = unique("moldau-tls")
+    with Producer(config) as producer:
+        assert producer.send(topic, b"over tls").get(30).offset == 0
+    with Admin(config) as admin:
+        assert topic in admin.list_topics(timeout=30)
