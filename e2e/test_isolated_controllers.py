@@ -4,6 +4,7 @@ quorum and two broker-only nodes serve clients, driven by librdkafka."""
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -12,6 +13,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from e2e.conftest import Broker, free_port
+from e2e.support import wait_until
 
 
 def test_controller_only_quorum_serves_broker_only_nodes(tmp_path: Path) -> None:
@@ -64,7 +66,11 @@ def test_a_broker_waiting_for_its_controllers_stops_on_sigterm(tmp_path: Path) -
     proc = subprocess.Popen(broker.command(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     try:
-        time.sleep(2)
+        # The listener opens after the signal handlers are set: from then on SIGTERM is the
+        # broker's own, however long the interpreter took to start on a busy machine.
+        wait_until(lambda: proc.poll() is not None or port_open(broker.port), 60,
+                   "the broker's listener")
+        time.sleep(1)
         assert proc.poll() is None, "the broker should still be waiting for a controller"
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=20)
@@ -75,3 +81,11 @@ def test_a_broker_waiting_for_its_controllers_stops_on_sigterm(tmp_path: Path) -
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def port_open(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return False
+    return True
