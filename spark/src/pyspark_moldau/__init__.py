@@ -1,0 +1,1 @@
+"""Moldau's Spark source and sink: `format("moldau")`, in pure Python."""
