@@ -6,6 +6,7 @@ import json
 from dataclasses import replace
 
 from e2e.spark.rows import kafka_recs
+from e2e.spark.transactions import assert_isolation_levels
 from e2e.support import (
     assert_records_equal,
     kp_consume_all,
@@ -15,7 +16,6 @@ from e2e.support import (
     unique,
     with_offsets,
 )
-from e2e.test_transactions import ABORTED, COMMITTED, PLAIN, Scenario
 
 
 def test_batch_read_with_per_partition_offsets(spark, module_broker) -> None:
@@ -72,19 +72,4 @@ def test_streaming_copy_restarts_from_its_checkpoint(spark, module_broker, tmp_p
 
 
 def test_read_committed_skips_aborted_records(spark, module_broker) -> None:
-    topic = unique("spark-txn")
-    kp_create_topic(module_broker.bootstrap, topic)
-    scenario = Scenario(module_broker.bootstrap, topic)
-    scenario.produce_all()
-    scenario.end(scenario.p1, commit=True)
-    scenario.end(scenario.p2, commit=False)
-    scenario.conn.close()
-
-    def values(isolation: str) -> list[bytes]:
-        df = (spark.read.format("kafka")
-              .option("kafka.bootstrap.servers", module_broker.bootstrap)
-              .option("subscribe", topic).option("kafka.isolation.level", isolation).load())
-        return [bytes(row.value) for row in df.orderBy("offset").collect()]
-
-    assert values("read_committed") == [PLAIN[0], *COMMITTED, PLAIN[1]]
-    assert values("read_uncommitted") == [PLAIN[0], *COMMITTED, *ABORTED, PLAIN[1]]
+    assert_isolation_levels(spark, "kafka", module_broker.bootstrap)
