@@ -11,7 +11,14 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pyspark_moldau.offsets import EARLIEST, LATEST, TopicOffsets, parse_offsets
+from pyspark_moldau.offsets import (
+    EARLIEST,
+    EARLIEST_OFFSET,
+    LATEST,
+    LATEST_OFFSET,
+    TopicOffsets,
+    parse_offsets,
+)
 
 STRATEGIES = ("subscribe", "subscribepattern", "assign")
 DEFAULT_POLL_TIMEOUT_MS = 120_000  # spark.network.timeout, Spark's default for this option
@@ -81,9 +88,8 @@ def source_options(options: Mapping[str, str], streaming: bool) -> SourceOptions
         if name.lower() in _REFUSED:
             raise OptionError(_REFUSED[name.lower()])
     strategy = _strategy(opts)
-    starting = _offsets_option(opts, "startingoffsets", "startingOffsets", EARLIEST
-                               if not streaming else LATEST)
-    ending = _offsets_option(opts, "endingoffsets", "endingOffsets", LATEST)
+    starting = _offsets_option(opts, "startingoffsets", LATEST if streaming else EARLIEST)
+    ending = _offsets_option(opts, "endingoffsets", LATEST)
     if streaming and "endingoffsets" in opts:
         raise OptionError("ending offset not valid in streaming queries")
     if not streaming:
@@ -147,8 +153,7 @@ def _assignment(value: str) -> tuple[tuple[str, int], ...]:
     return pairs
 
 
-def _offsets_option(opts: dict[str, str], key: str, name: str, default: str
-                    ) -> str | TopicOffsets:
+def _offsets_option(opts: dict[str, str], key: str, default: str) -> str | TopicOffsets:
     value = opts.get(key)
     if value is None:
         return default
@@ -165,8 +170,8 @@ def _check_batch_bounds(starting: str | TopicOffsets, ending: str | TopicOffsets
         raise OptionError("starting offset can't be latest for batch queries on Kafka")
     if ending == EARLIEST:
         raise OptionError("ending offset can't be earliest for batch queries on Kafka")
-    for bound, special, word, label in ((starting, -1, "latest", "startingOffsets"),
-                                        (ending, -2, "earliest", "ending offset")):
+    for bound, special, word, label in ((starting, LATEST_OFFSET, "latest", "startingOffsets"),
+                                        (ending, EARLIEST_OFFSET, "earliest", "ending offset")):
         if isinstance(bound, dict):
             for (topic, partition), offset in bound.items():
                 if offset == special:
