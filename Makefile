@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 UV_VERSION := 0.13.8
 # uv installs the workspace; it reads the platform's CA certificates like pip does.
 UV := UV_SYSTEM_CERTS=1 $(BIN)/uv
-COMPONENTS := client broker operator
+COMPONENTS := client broker operator spark
 
 .PHONY: install lock tools kafka-deps run test lint fmt docs clean kube-deps kube-up kube-down test-kube images \
 	helm-deps chart chart-sync

@@ -109,6 +109,16 @@ def test_seek_positions_and_offset_lookups(bootstrap):
             c.seek(tp, -1)
 
 
+def test_topics_first_thing_after_start_lists_every_topic(bootstrap):
+    """The update in flight at start-up lists no topics; topics() waits for its own."""
+    names = {unique("listed-a"), unique("listed-b")}
+    for name in names:
+        kp_create_topic(bootstrap, name)
+    for _ in range(3):
+        with consumer(bootstrap) as c:
+            assert names <= c.topics()
+
+
 def test_out_of_range_position_resets_by_policy(bootstrap):
     topic = unique("oor")
     fill(bootstrap, topic, 1, 20)

@@ -170,6 +170,7 @@ class Metadata:
         self._need_update = True
         self._requests = 0  # counts request_update calls
         self._answered = 0  # the count an update in flight will satisfy
+        self._snapshot_answers = 0  # the count the installed snapshot satisfies
         self._urgent = False
         self._last_attempt = float("-inf")
         self._last_success = float("-inf")
@@ -202,13 +203,15 @@ class Metadata:
         """callback(cluster) after every update, on the loop."""
         self._listeners.append(callback)
 
-    def request_update(self) -> None:
-        """Ask for a refresh soon (safe to call from any thread)."""
+    def request_update(self) -> int:
+        """Ask for a refresh soon (safe to call from any thread); returns the request's number
+        for `answers`."""
         self._need_update = True
         self._requests += 1
+        asked = self._requests
         loop, wake = self._loop, self._wake
         if loop is None or wake is None:
-            return
+            return asked
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
@@ -217,6 +220,12 @@ class Metadata:
             wake.set()
         else:
             loop.call_soon_threadsafe(wake.set)
+        return asked
+
+    def answers(self, request: int) -> bool:
+        """Whether the installed snapshot comes from an update that started after `request`
+        was made (an update already in flight then was asked with older settings)."""
+        return self._snapshot_answers >= request
 
     def time_to_next_update(self, now: float) -> float:
         """Seconds until the next refresh: due when asked for or when the snapshot is older
@@ -256,6 +265,7 @@ class Metadata:
         topics = self._keep_newer_epochs(fresh)
         cluster = Cluster(fresh.nodes, topics, controller_id=fresh.controller_id,
                           cluster_id=fresh.cluster_id, topic_errors=fresh.topic_errors)
+        self._snapshot_answers = self._answered
         return self._install(cluster, time.monotonic() if now is None else now)
 
     def _keep_newer_epochs(self, fresh: Cluster) -> dict[str, TopicMetadata]:

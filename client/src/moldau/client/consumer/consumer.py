@@ -510,9 +510,11 @@ class AsyncConsumer:
         previous = self.metadata.need_all_topics
         self.metadata.need_all_topics = True
         try:
-            version = self.metadata.version
             deadline = self._deadline(timeout)
-            while self.metadata.version == version:
+            # An update already in flight lists only the subscribed topics: wait for one
+            # asked for after need_all_topics was set.
+            asked = self.metadata.request_update()
+            while not self.metadata.answers(asked):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     error = self.metadata.last_error
