@@ -1,0 +1,41 @@
+"""Fixtures of the fault-injection suite: a 3-node cluster whose nodes each run in a network
+namespace of their own (net.py), and the fault injector that acts on it (faults.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from e2e.chaos.net import TestNetwork, namespaces_supported
+from e2e.conftest import FAST_FAILOVER
+from moldau.cluster.launcher import LocalCluster
+
+BASE_PORT = 9092  # every node has its own address, so all use the same ports
+START_TIMEOUT = 90.0
+# The faults must be noticed within a schedule's few seconds: Kafka's settings, shorter.
+CHAOS_SETTINGS = {**FAST_FAILOVER, "min.insync.replicas": 2, "default.replication.factor": 3}
+
+
+@pytest.fixture
+def chaos_net() -> Iterator[TestNetwork]:
+    """Three namespaces on a bridge; removed afterwards, whatever happened."""
+    problem = namespaces_supported()
+    if problem is not None:
+        pytest.skip(f"the fault-injection suite needs network namespaces: {problem}")
+    with TestNetwork(3) as network:
+        yield network
+
+
+@pytest.fixture
+def chaos_cluster(tmp_path: Path, chaos_net: TestNetwork) -> Iterator[LocalCluster]:
+    """Three broker+controller nodes, node i at chaos_net.node(i).address."""
+    cluster = LocalCluster(tmp_path / "cluster", brokers=3, base_port=BASE_PORT,
+                           overrides=CHAOS_SETTINGS, hosts=chaos_net.hosts,
+                           command_prefixes=chaos_net.command_prefixes)
+    cluster.start(timeout=START_TIMEOUT)
+    try:
+        yield cluster
+    finally:
+        cluster.stop(timeout=20)
