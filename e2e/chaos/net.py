@@ -21,6 +21,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -212,3 +213,15 @@ def exists(names: Sequence[str]) -> list[str]:
         if ":" in line:
             present.add(line.split(":")[1].strip().split("@")[0])
     return [name for name in names if name in present]
+
+
+def can_connect(member: NodeNet, address: str, port: int, timeout: float = 2.0) -> bool:
+    """Whether a TCP connection from inside `member`'s namespace to address:port opens."""
+    script = ("import socket, sys\n"
+              "try:\n"
+              f"    socket.create_connection(({address!r}, {port}), {timeout}).close()\n"
+              "except OSError:\n"
+              "    sys.exit(1)\n")
+    done = subprocess.run([*member.exec_prefix, sys.executable, "-c", script],
+                          capture_output=True, timeout=timeout + 30)
+    return done.returncode == 0
