@@ -3,6 +3,7 @@ namespace of their own (net.py), and the fault injector that acts on it (faults.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,3 +40,25 @@ def chaos_cluster(tmp_path: Path, chaos_net: TestNetwork) -> Iterator[LocalClust
         yield cluster
     finally:
         cluster.stop(timeout=20)
+
+
+SHORT_SEEDS = (1, 2)  # the schedules of the normal suite
+
+
+def chaos_seeds(config: pytest.Config) -> list[int]:
+    """--chaos-seed N (repeatable), else $CHAOS_SCHEDULES seeds from $CHAOS_FIRST_SEED (the
+    soak of `make chaos`), else the short mode's few seeds."""
+    given = config.getoption("chaos_seed", default=None)
+    if given:
+        return list(given)
+    count = os.environ.get("CHAOS_SCHEDULES")
+    if count:
+        first = int(os.environ.get("CHAOS_FIRST_SEED", "1"))
+        return list(range(first, first + int(count)))
+    return list(SHORT_SEEDS)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "chaos_seed" in metafunc.fixturenames:
+        seeds = chaos_seeds(metafunc.config)
+        metafunc.parametrize("chaos_seed", seeds, ids=[f"seed{seed}" for seed in seeds])

@@ -123,18 +123,16 @@ class Faults:
         partitions, but datagrams from dst and half-open connections' data get through)."""
         return self._drop([(src, dst)], f"one-way {src}->{dst}")
 
-    def partition(self, groups: list[set[int]]) -> Fault:
+    def partition(self, groups: list[set[int]], why: str = "") -> Fault:
         """No packets between nodes of different groups, in either direction."""
         links = [(a, b) for first, second in itertools.permutations(groups, 2)
                  for a in first for b in second]
         text = " | ".join(",".join(map(str, sorted(group))) for group in groups)
-        return self._drop(links, f"partition {text}")
+        return self._drop(links, f"partition {text}{why}")
 
     def isolate(self, node_id: int, why: str = "") -> Fault:
         rest = {node.node_id for node in self.cluster.nodes} - {node_id}
-        fault = self.partition([{node_id}, rest])
-        fault.name += why
-        return fault
+        return self.partition([{node_id}, rest], why)
 
     def isolate_leader(self, topic: str, partition: int = 0) -> Fault:
         leader = partition_leader(self.cluster, topic, partition)
@@ -171,10 +169,15 @@ class Faults:
 
 
 def partition_leader(cluster: LocalCluster, topic: str, partition: int = 0) -> int:
-    for entry in cluster.metadata().partitions:
+    """The partition's leader by Metadata (-1: none now, or no live node answered)."""
+    try:
+        view = cluster.metadata()
+    except ProbeError:
+        return -1
+    for entry in view.partitions:
         if entry.topic == topic and entry.partition == partition:
             return entry.leader
-    raise AssertionError(f"{topic}-{partition} is not in the metadata")
+    return -1
 
 
 def quorum_leader_seen_by(cluster: LocalCluster, node_ids: Iterable[int]) -> int:
