@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from e2e.chaos.net import TestNetwork, namespaces_supported
+from e2e.chaos.schedule import replay_command
 from e2e.conftest import FAST_FAILOVER
 from moldau.cluster.launcher import LocalCluster
 
@@ -62,3 +63,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "chaos_seed" in metafunc.fixturenames:
         seeds = chaos_seeds(metafunc.config)
         metafunc.parametrize("chaos_seed", seeds, ids=[f"seed{seed}" for seed in seeds])
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator:
+    """Whatever made a schedule fail (an anomaly, a cluster that did not recover), its
+    report ends with the command that replays it."""
+    outcome = yield
+    report = outcome.get_result()
+    callspec = getattr(item, "callspec", None)
+    if report.failed and callspec is not None and "chaos_seed" in callspec.params:
+        report.sections.append(("replay", replay_command(callspec.params["chaos_seed"])))

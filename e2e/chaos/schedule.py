@@ -20,6 +20,10 @@ STEPS = 3
 SESSION_TIMEOUT = 3.0  # broker.session.timeout.ms of the chaos cluster, in seconds
 
 
+def replay_command(seed: int) -> str:
+    return f"pytest e2e/chaos/test_chaos.py --chaos-seed {seed}"
+
+
 @dataclass(frozen=True)
 class Step:
     kind: str

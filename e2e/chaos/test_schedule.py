@@ -7,8 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from e2e.chaos.schedule import KINDS, SESSION_TIMEOUT, Schedule
-from e2e.chaos.test_chaos import replay_command
+from e2e.chaos.schedule import KINDS, SESSION_TIMEOUT, Schedule, replay_command
 
 ROOT = Path(__file__).resolve().parents[2]
 
