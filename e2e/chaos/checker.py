@@ -37,7 +37,7 @@ class Send:
     value: str
     partition: int
     status: str  # OK, FAIL or INFO
-    offset: int = -1  # acknowledged offset (OK only)
+    offset: int = -1  # acknowledged offset (OK only; -1: acknowledged without one)
     error: str = ""
 
 
@@ -99,7 +99,7 @@ def inconsistent_offsets(history: History) -> list[Anomaly]:
     for partition, offset, value in history.reads():
         values[(partition, offset)].add(value)
     for send in history.sends:
-        if send.status == OK:
+        if send.status == OK and send.offset >= 0:
             values[(send.partition, send.offset)].add(send.value)
     return [Anomaly("inconsistent-offset", f"{p}:{o} holds {sorted(found)}")
             for (p, o), found in sorted(values.items()) if len(found) > 1]
@@ -126,7 +126,7 @@ def reorders(history: History) -> list[Anomaly]:
 def nonmonotonic_sends(history: History) -> list[Anomaly]:
     acked: dict[tuple[int, int], list[Send]] = defaultdict(list)
     for send in history.sends:
-        if send.status == OK:
+        if send.status == OK and send.offset >= 0:
             acked[(send.producer, send.partition)].append(send)
     anomalies = []
     for (producer, partition), sends in sorted(acked.items()):
@@ -214,7 +214,10 @@ def summary(history: History, anomalies: list[Anomaly]) -> str:
     statuses = Counter(send.status for send in history.sends)
     kinds = Counter(anomaly.kind for anomaly in anomalies)
     read = sum(len(records) for records in history.final.values())
-    text = (f"{len(history.sends)} sends ({statuses[OK]} ok, {statuses[FAIL]} failed, "
+    no_offset = sum(1 for send in history.sends if send.status == OK and send.offset < 0)
+    text = (f"{len(history.sends)} sends ({statuses[OK]} ok"
+            + (f" ({no_offset} without an offset)" if no_offset else "")
+            + f", {statuses[FAIL]} failed, "
             f"{statuses[INFO]} indeterminate), {len(history.polls)} polls, {read} records in "
             f"the final read; anomalies: "
             + (", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items())) or "none"))

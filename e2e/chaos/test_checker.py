@@ -90,7 +90,7 @@ def test_reorder_within_a_partition() -> None:
 
 def test_nonmonotonic_send() -> None:
     history = valid()
-    history.sends[2] = replace(history.sends[2], offset=-5)  # a1 acked below a0
+    history.sends[4] = replace(history.sends[4], offset=1)  # a2 acked below a1
     assert "nonmonotonic-send" in kinds(history)
 
 
@@ -144,3 +144,13 @@ def test_replica_divergence() -> None:
         "read has 5; first difference at #3: stored [(3, 'a2')], read [(3, 'b1')]",
         "replica-divergence: node 3, partition 0: 4 records below the high watermark 5, the "
         "read has 5; first difference at #4: stored [], read [(4, 'a2')]"]
+
+
+def test_an_acknowledgement_without_an_offset_is_still_checked_for_loss() -> None:
+    history = valid()
+    history.sends[1] = replace(history.sends[1], offset=-1)
+    assert check(history) == []
+    assert summary(history, []).startswith("6 sends (5 ok (1 without an offset), 0 failed")
+    history.final[0] = [r for r in history.final[0] if r[1] != "b0"]
+    history.polls = []
+    assert kinds(history) == ["lost"]

@@ -99,8 +99,10 @@ class QueueWorkload:
     def _delivered(self, producer_id: int, seq: int, value: str, partition: int):
         def report(err: KafkaError | None, msg: object) -> None:
             if err is None:
+                # librdkafka may report a delivery without its offset (None).
+                offset = msg.offset()  # type: ignore[attr-defined]
                 self._record(Send(producer_id, seq, value, partition, OK,
-                                  msg.offset()))  # type: ignore[attr-defined]
+                                  -1 if offset is None else offset))
             else:  # a timed-out or failed batch may still have been stored
                 self._record(Send(producer_id, seq, value, partition, INFO, error=str(err)))
         return report
