@@ -294,6 +294,14 @@ def prometheus_factory(tmp_path: Path) -> Iterator:
         instance.close()
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    # Declared here, not in e2e/chaos/, because pytest reads options only from the conftest
+    # files it loads at start-up.
+    parser.addoption("--chaos-seed", type=int, action="append", default=None,
+                     help="run the fault-injection schedule of this seed (repeatable): "
+                          "replays a failing schedule of e2e/chaos")
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator:
     outcome = yield

@@ -154,6 +154,9 @@ class ClusterNode:
     pid: int | None = None
     exit_code: int | None = None  # known for processes started by this object
     http_port: int | None = None
+    host: str = HOST  # the address the node binds and advertises
+    # Words put before the node's command, e.g. ["ip", "netns", "exec", <namespace>].
+    command_prefix: tuple[str, ...] = ()
     _proc: subprocess.Popen[bytes] | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -162,11 +165,11 @@ class ClusterNode:
 
     @property
     def broker_address(self) -> str:
-        return f"{HOST}:{self.broker_port}"
+        return f"{self.host}:{self.broker_port}"
 
     @property
     def controller_address(self) -> str | None:
-        return None if self.controller_port is None else f"{HOST}:{self.controller_port}"
+        return None if self.controller_port is None else f"{self.host}:{self.controller_port}"
 
     @property
     def data_dir(self) -> Path:
@@ -175,6 +178,12 @@ class ClusterNode:
     @property
     def log_path(self) -> Path:
         return self.directory / LOG_FILE
+
+    @property
+    def shares_loopback(self) -> bool:
+        """The node's ports are on this host's loopback, where other programs may hold them
+        (a node with an address of its own, in a network namespace, has ports of its own)."""
+        return self.host == HOST
 
     @property
     def ports(self) -> list[tuple[int, str]]:
@@ -187,7 +196,7 @@ class ClusterNode:
 
     @property
     def metrics_url(self) -> str | None:
-        return None if self.http_port is None else f"http://{HOST}:{self.http_port}/metrics"
+        return None if self.http_port is None else f"http://{self.host}:{self.http_port}/metrics"
 
     @property
     def alive(self) -> bool:
@@ -245,7 +254,8 @@ class ClusterNode:
         return {"node_id": self.node_id, "roles": list(self.roles),
                 "broker_port": self.broker_port, "controller_port": self.controller_port,
                 "directory": str(self.directory), "log": str(self.log_path),
-                "pid": self.pid, "command": self.command, "http_port": self.http_port}
+                "pid": self.pid, "command": self.command, "http_port": self.http_port,
+                "host": self.host, "command_prefix": list(self.command_prefix)}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ClusterNode:
@@ -253,7 +263,9 @@ class ClusterNode:
                    None if data.get("controller_port") is None else int(data["controller_port"]),
                    Path(data["directory"]), list(data.get("command") or []),
                    None if data.get("pid") is None else int(data["pid"]),
-                   http_port=None if data.get("http_port") is None else int(data["http_port"]))
+                   http_port=None if data.get("http_port") is None else int(data["http_port"]),
+                   host=str(data.get("host") or HOST),
+                   command_prefix=tuple(data.get("command_prefix") or ()))
 
 
 class LocalCluster:
@@ -263,7 +275,10 @@ class LocalCluster:
                  brokers: int = DEFAULT_BROKERS, base_port: int = DEFAULT_BASE_PORT, *,
                  overrides: Mapping[str, object] | None = None, voters: int | None = None,
                  log_level: str = "INFO", launcher: Sequence[str] | None = None,
-                 progress: Progress | None = None) -> None:
+                 progress: Progress | None = None, hosts: Sequence[str] | None = None,
+                 command_prefixes: Sequence[Sequence[str]] | None = None) -> None:
+        """`hosts` (one address per node, default all 127.0.0.1) and `command_prefixes`
+        (words run before each node's command) place nodes in network namespaces."""
         if brokers < 1:
             raise ClusterError(f"a cluster needs at least one broker, not {brokers}")
         voters = min(brokers, MAX_DEFAULT_VOTERS) if voters is None else voters
@@ -286,13 +301,19 @@ class LocalCluster:
         self.progress = progress
         self.cluster_id: str | None = None
         self.nodes: list[ClusterNode] = []
+        for given, what in ((hosts, "hosts"), (command_prefixes, "command prefixes")):
+            if given is not None and len(given) != brokers:
+                raise ClusterError(f"{len(given)} {what} given for {brokers} brokers")
         for node_id in range(1, brokers + 1):
             port = base_port + 2 * (node_id - 1)
             voter = node_id <= voters
             self.nodes.append(ClusterNode(
                 node_id, ("broker", "controller") if voter else ("broker",), port,
                 port + 1 if voter else None, self.data_dir / f"node-{node_id}",
-                http_port=base_port + 2 * brokers + node_id - 1))
+                http_port=base_port + 2 * brokers + node_id - 1,
+                host=hosts[node_id - 1] if hosts else HOST,
+                command_prefix=tuple(command_prefixes[node_id - 1]) if command_prefixes
+                else ()))
 
     # ---------------------------------------------------------------------------- describing
 
@@ -340,14 +361,16 @@ class LocalCluster:
             "controller.listener.names": CONTROLLER_LISTENER,
             "inter.broker.listener.name": BROKER_LISTENER,
             "log.dirs": str(node.data_dir),
-            "http.listener": "" if node.http_port is None else f"http://{HOST}:{node.http_port}",
+            "http.listener": ("" if node.http_port is None
+                              else f"http://{node.host}:{node.http_port}"),
             "offsets.topic.replication.factor": str(min(MAX_DEFAULT_VOTERS, len(self.nodes))),
         }
         settings.update(self.overrides)
         return settings
 
     def command_for(self, node: ClusterNode) -> list[str]:
-        command = [*self.launcher, "broker", "--log-level", self.log_level]
+        command = [*node.command_prefix, *self.launcher, "broker", "--log-level",
+                   self.log_level]
         for key, value in self.settings_for(node).items():
             command += ["--override", f"{key}={value}"]
         return command
@@ -435,7 +458,7 @@ class LocalCluster:
                     f"again with --brokers {count}, or use another --data-dir")
             self.cluster_id = self.cluster_id or recorded.cluster_id
         for node in self.nodes:
-            for port, what in node.ports:
+            for port, what in node.ports if node.shares_loopback else ():
                 if not port_is_free(port):
                     raise ClusterError(
                         f"port {port} ({what} of node {node.node_id}) is already in use on "
@@ -529,7 +552,7 @@ class LocalCluster:
         node = self.node(node_id)
         if node.alive:
             raise ClusterError(f"node {node_id} is already running (pid {node.pid})")
-        for port, what in node.ports:
+        for port, what in node.ports if node.shares_loopback else ():
             if not port_is_free(port):
                 raise ClusterError(f"port {port} ({what} of node {node_id}) is already in use "
                                    f"on {HOST}")

@@ -70,6 +70,11 @@ class ControllerChannel:
 
     # --- transport ---------------------------------------------------------------------------
 
+    def _drop_connection(self, leader: int | None) -> None:
+        connection = self._connections.pop(leader, None) if leader is not None else None
+        if connection is not None:
+            connection.close()
+
     async def _connection(self, leader: int) -> BrokerConnection:
         connection = self._connections.get(leader)
         if connection is not None and not connection.closed:
@@ -97,6 +102,7 @@ class ControllerChannel:
                     parse: Callable[[Any], T], timeout_s: float | None = None) -> T:
         deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
         last: str = "no controller is known"
+        leader: int | None = None
         while True:
             try:
                 leader = self.quorum.leader_id
@@ -114,7 +120,11 @@ class ControllerChannel:
                 connection = await self._connection(leader)
                 request = build(request_class(api_key, version), body)
                 try:
-                    response = await connection.send(api_key, version, request)
+                    response = await asyncio.wait_for(
+                        connection.send(api_key, version, request),
+                        max(deadline - time.monotonic(), 0.001))
+                except TimeoutError:
+                    raise _Retry(f"controller {leader}: no answer in time") from None
                 except ClientError as exc:
                     raise _Retry(f"controller {leader}: {exc}") from None
                 try:
@@ -126,6 +136,10 @@ class ControllerChannel:
             except _Retry as retry:
                 last = str(retry)
                 if time.monotonic() >= deadline:
+                    # As Kafka disconnects on a request timeout: a connection to a controller
+                    # behind a partition can look alive for minutes, and a heartbeat stuck on
+                    # it would get the broker fenced after the partition heals.
+                    self._drop_connection(leader)
                     raise KafkaError(ErrorCode.request_timed_out,
                                      f"{what}: no answer from the controller ({last})"
                                      ) from None

@@ -1,0 +1,228 @@
+"""The checker of Jepsen's Kafka queue workload, over a recorded history.
+
+A history holds every send (its producer, its place in that producer's order, the value,
+the partition and the outcome: `ok` with the acknowledged offset, `fail` (certainly not
+written) or `info` (indeterminate: timed out or an error after which it may be stored)),
+every poll of the consumers (grouped by consumer and assignment generation: a rebalance may
+legitimately rewind a consumer to its group's committed offset), and a final read of every
+partition from the beginning, taken after the faults were healed.
+
+Every value is unique, so each of these is an anomaly:
+- lost: acknowledged, but not in the final read;
+- duplicate: one value at two (partition, offset) positions in the reads;
+- inconsistent-offset: two values at one (partition, offset), across reads and acks;
+- reorder: one producer's values in a partition's log out of its send order;
+- nonmonotonic-send: one producer's acknowledged offsets in a partition not increasing;
+- nonmonotonic-poll: a consumer's offsets in a partition going back within a generation;
+- poll-skip: a consumer skipping over records of the log within a generation;
+- unexpected: a value read that was never sent, or whose send certainly failed;
+- replica-divergence: a replica's stored records below the high watermark differ from what
+  the clients read.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+OK, FAIL, INFO = "ok", "fail", "info"
+Position = tuple[int, int]  # (partition, offset)
+
+
+@dataclass(frozen=True)
+class Send:
+    producer: int
+    seq: int  # the send's place in its producer's order
+    value: str
+    partition: int
+    status: str  # OK, FAIL or INFO
+    offset: int = -1  # acknowledged offset (OK only; -1: acknowledged without one)
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class Poll:
+    consumer: int
+    generation: int  # bumped on every assignment change of the consumer
+    records: tuple[tuple[int, int, str], ...]  # (partition, offset, value)
+
+
+@dataclass
+class History:
+    sends: list[Send] = field(default_factory=list)
+    polls: list[Poll] = field(default_factory=list)
+    final: dict[int, list[tuple[int, str]]] = field(default_factory=dict)  # partition ->
+
+    def reads(self) -> Iterable[tuple[int, int, str]]:
+        """Every (partition, offset, value) read, by the consumers and the final read."""
+        for poll in self.polls:
+            yield from poll.records
+        for partition, records in self.final.items():
+            for offset, value in records:
+                yield partition, offset, value
+
+
+@dataclass(frozen=True)
+class Anomaly:
+    kind: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.detail}"
+
+
+def check(history: History) -> list[Anomaly]:
+    """Every anomaly of the history (empty: the history is valid)."""
+    return [*lost(history), *duplicates(history), *inconsistent_offsets(history),
+            *reorders(history), *nonmonotonic_sends(history), *nonmonotonic_polls(history),
+            *poll_skips(history), *unexpected(history)]
+
+
+def lost(history: History) -> list[Anomaly]:
+    finally_read = {value for records in history.final.values() for _, value in records}
+    return [Anomaly("lost", f"{send.value} acknowledged at {send.partition}:{send.offset}, "
+                            "not in the final read")
+            for send in history.sends if send.status == OK and send.value not in finally_read]
+
+
+def duplicates(history: History) -> list[Anomaly]:
+    positions: dict[str, set[Position]] = defaultdict(set)
+    for partition, offset, value in history.reads():
+        positions[value].add((partition, offset))
+    return [Anomaly("duplicate", f"{value} at {_positions(where)}")
+            for value, where in positions.items() if len(where) > 1]
+
+
+def inconsistent_offsets(history: History) -> list[Anomaly]:
+    values: dict[Position, set[str]] = defaultdict(set)
+    for partition, offset, value in history.reads():
+        values[(partition, offset)].add(value)
+    for send in history.sends:
+        if send.status == OK and send.offset >= 0:
+            values[(send.partition, send.offset)].add(send.value)
+    return [Anomaly("inconsistent-offset", f"{p}:{o} holds {sorted(found)}")
+            for (p, o), found in sorted(values.items()) if len(found) > 1]
+
+
+def reorders(history: History) -> list[Anomaly]:
+    sent = {send.value: send for send in history.sends}
+    anomalies = []
+    for partition, records in sorted(history.final.items()):
+        last: dict[int, tuple[int, int, str]] = {}  # producer -> (seq, offset, value)
+        for offset, value in records:
+            send = sent.get(value)
+            if send is None:
+                continue
+            before = last.get(send.producer)
+            if before is not None and before[0] > send.seq:
+                anomalies.append(Anomaly(
+                    "reorder", f"partition {partition}: {value} (send #{send.seq}) at offset "
+                               f"{offset} after {before[2]} (send #{before[0]}) at {before[1]}"))
+            last[send.producer] = (send.seq, offset, value)
+    return anomalies
+
+
+def nonmonotonic_sends(history: History) -> list[Anomaly]:
+    acked: dict[tuple[int, int], list[Send]] = defaultdict(list)
+    for send in history.sends:
+        if send.status == OK and send.offset >= 0:
+            acked[(send.producer, send.partition)].append(send)
+    anomalies = []
+    for (producer, partition), sends in sorted(acked.items()):
+        sends.sort(key=lambda s: s.seq)
+        for before, after in zip(sends, sends[1:], strict=False):
+            if after.offset <= before.offset:
+                anomalies.append(Anomaly(
+                    "nonmonotonic-send", f"producer {producer}, partition {partition}: "
+                    f"{after.value} acknowledged at {after.offset}, after {before.value} at "
+                    f"{before.offset}"))
+    return anomalies
+
+
+def _consumer_runs(history: History) -> dict[tuple[int, int, int], list[tuple[int, str]]]:
+    """(consumer, generation, partition) -> the (offset, value)s polled, in poll order."""
+    runs: dict[tuple[int, int, int], list[tuple[int, str]]] = defaultdict(list)
+    for poll in history.polls:
+        for partition, offset, value in poll.records:
+            runs[(poll.consumer, poll.generation, partition)].append((offset, value))
+    return runs
+
+
+def nonmonotonic_polls(history: History) -> list[Anomaly]:
+    anomalies = []
+    for (consumer, generation, partition), polled in sorted(_consumer_runs(history).items()):
+        for (o1, v1), (o2, v2) in zip(polled, polled[1:], strict=False):
+            if o2 <= o1:
+                anomalies.append(Anomaly(
+                    "nonmonotonic-poll", f"consumer {consumer} (generation {generation}), "
+                    f"partition {partition}: offset {o2} ({v2}) polled after {o1} ({v1})"))
+    return anomalies
+
+
+def poll_skips(history: History) -> list[Anomaly]:
+    in_log = {partition: sorted(offset for offset, _ in records)
+              for partition, records in history.final.items()}
+    anomalies = []
+    for (consumer, generation, partition), polled in sorted(_consumer_runs(history).items()):
+        offsets = in_log.get(partition, [])
+        index = {offset: i for i, offset in enumerate(offsets)}
+        for (o1, _), (o2, v2) in zip(polled, polled[1:], strict=False):
+            if o1 in index and o2 in index and index[o2] - index[o1] > 1:
+                anomalies.append(Anomaly(
+                    "poll-skip", f"consumer {consumer} (generation {generation}), partition "
+                    f"{partition}: polled {o2} ({v2}) right after {o1}, skipping "
+                    f"{index[o2] - index[o1] - 1} record(s) of the log"))
+    return anomalies
+
+
+def unexpected(history: History) -> list[Anomaly]:
+    status = {send.value: send.status for send in history.sends}
+    seen: set[str] = set()
+    anomalies = []
+    for partition, offset, value in history.reads():
+        if value in seen or status.get(value, FAIL) != FAIL:
+            continue
+        seen.add(value)
+        why = "never sent" if value not in status else "its send failed"
+        anomalies.append(Anomaly("unexpected", f"{value} read at {partition}:{offset}, {why}"))
+    return anomalies
+
+
+def replica_divergence(history: History, replicas: dict[tuple[int, int], list[tuple[int, str]]],
+                       high_watermarks: dict[int, int]) -> list[Anomaly]:
+    """Compare each replica's stored (offset, value)s below its partition's high watermark,
+    `replicas[(node, partition)]`, with the final read of that partition."""
+    anomalies = []
+    for (node, partition), stored in sorted(replicas.items()):
+        high = high_watermarks[partition]
+        mine = [(offset, value) for offset, value in stored if offset < high]
+        read = [(offset, value) for offset, value in history.final.get(partition, [])
+                if offset < high]
+        if mine != read:
+            first = next((i for i, (a, b) in enumerate(zip(mine, read, strict=False))
+                          if a != b), min(len(mine), len(read)))
+            anomalies.append(Anomaly(
+                "replica-divergence", f"node {node}, partition {partition}: {len(mine)} "
+                f"records below the high watermark {high}, the read has {len(read)}; first "
+                f"difference at #{first}: stored {mine[first:first + 1]}, read "
+                f"{read[first:first + 1]}"))
+    return anomalies
+
+
+def summary(history: History, anomalies: list[Anomaly]) -> str:
+    statuses = Counter(send.status for send in history.sends)
+    kinds = Counter(anomaly.kind for anomaly in anomalies)
+    read = sum(len(records) for records in history.final.values())
+    no_offset = sum(1 for send in history.sends if send.status == OK and send.offset < 0)
+    text = (f"{len(history.sends)} sends ({statuses[OK]} ok"
+            + (f" ({no_offset} without an offset)" if no_offset else "")
+            + f", {statuses[FAIL]} failed, "
+            f"{statuses[INFO]} indeterminate), {len(history.polls)} polls, {read} records in "
+            f"the final read; anomalies: "
+            + (", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items())) or "none"))
+    return text
+
+
+def _positions(where: set[Position]) -> str:
+    return ", ".join(f"{p}:{o}" for p, o in sorted(where))

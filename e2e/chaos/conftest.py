@@ -1,0 +1,76 @@
+"""Fixtures of the fault-injection suite: a 3-node cluster whose nodes each run in a network
+namespace of their own (net.py), and the fault injector that acts on it (faults.py)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from e2e.chaos.net import TestNetwork, namespaces_supported
+from e2e.chaos.schedule import replay_command
+from e2e.conftest import FAST_FAILOVER
+from moldau.cluster.launcher import LocalCluster
+
+BASE_PORT = 9092  # every node has its own address, so all use the same ports
+START_TIMEOUT = 90.0
+# The faults must be noticed within a schedule's few seconds: Kafka's settings, shorter.
+CHAOS_SETTINGS = {**FAST_FAILOVER, "min.insync.replicas": 2, "default.replication.factor": 3}
+
+
+@pytest.fixture
+def chaos_net() -> Iterator[TestNetwork]:
+    """Three namespaces on a bridge; removed afterwards, whatever happened."""
+    problem = namespaces_supported()
+    if problem is not None:
+        pytest.skip(f"the fault-injection suite needs network namespaces: {problem}")
+    with TestNetwork(3) as network:
+        yield network
+
+
+@pytest.fixture
+def chaos_cluster(tmp_path: Path, chaos_net: TestNetwork) -> Iterator[LocalCluster]:
+    """Three broker+controller nodes, node i at chaos_net.node(i).address."""
+    cluster = LocalCluster(tmp_path / "cluster", brokers=3, base_port=BASE_PORT,
+                           overrides=CHAOS_SETTINGS, hosts=chaos_net.hosts,
+                           command_prefixes=chaos_net.command_prefixes)
+    cluster.start(timeout=START_TIMEOUT)
+    try:
+        yield cluster
+    finally:
+        cluster.stop(timeout=20)
+
+
+SHORT_SEEDS = (1, 2)  # the schedules of the normal suite
+
+
+def chaos_seeds(config: pytest.Config) -> list[int]:
+    """--chaos-seed N (repeatable), else $CHAOS_SCHEDULES seeds from $CHAOS_FIRST_SEED (the
+    soak of `make chaos`), else the short mode's few seeds."""
+    given = config.getoption("chaos_seed", default=None)
+    if given:
+        return list(given)
+    count = os.environ.get("CHAOS_SCHEDULES")
+    if count:
+        first = int(os.environ.get("CHAOS_FIRST_SEED", "1"))
+        return list(range(first, first + int(count)))
+    return list(SHORT_SEEDS)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "chaos_seed" in metafunc.fixturenames:
+        seeds = chaos_seeds(metafunc.config)
+        metafunc.parametrize("chaos_seed", seeds, ids=[f"seed{seed}" for seed in seeds])
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator:
+    """Whatever made a schedule fail (an anomaly, a cluster that did not recover), its
+    report ends with the command that replays it."""
+    outcome = yield
+    report = outcome.get_result()
+    callspec = getattr(item, "callspec", None)
+    if report.failed and callspec is not None and "chaos_seed" in callspec.params:
+        report.sections.append(("replay", replay_command(callspec.params["chaos_seed"])))

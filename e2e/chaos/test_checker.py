@@ -1,0 +1,156 @@
+"""The queue checker on hand-made histories: a valid one passes, and each anomaly, put in on
+its own, is reported (so every check can fail)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from e2e.chaos.checker import (
+    FAIL,
+    INFO,
+    OK,
+    History,
+    Poll,
+    Send,
+    check,
+    replica_divergence,
+    summary,
+)
+
+
+def valid() -> History:
+    """Producer 0 sends a0..a3 to partition 0 (a3 indeterminate, never stored); producer 1
+    sends b0, b1 to partition 0 between them; one consumer polls everything once."""
+    sends = [Send(0, 0, "a0", 0, OK, 0), Send(1, 0, "b0", 0, OK, 1),
+             Send(0, 1, "a1", 0, OK, 2), Send(1, 1, "b1", 0, OK, 3),
+             Send(0, 2, "a2", 0, OK, 4), Send(0, 3, "a3", 0, INFO, error="timed out")]
+    log = [(0, "a0"), (1, "b0"), (2, "a1"), (3, "b1"), (4, "a2")]
+    polls = [Poll(7, 1, tuple((0, o, v) for o, v in log[:2])),
+             Poll(7, 1, tuple((0, o, v) for o, v in log[2:]))]
+    return History(sends, polls, {0: log})
+
+
+def kinds(history: History) -> list[str]:
+    return sorted({anomaly.kind for anomaly in check(history)})
+
+
+def test_a_valid_history_has_no_anomaly() -> None:
+    history = valid()
+    assert check(history) == []
+    assert summary(history, []) == ("6 sends (5 ok, 0 failed, 1 indeterminate), 2 polls, 5 "
+                                    "records in the final read; anomalies: none")
+
+
+def test_an_indeterminate_send_that_was_stored_is_fine() -> None:
+    history = valid()
+    history.final[0].append((5, "a3"))
+    assert check(history) == []
+
+
+def test_lost_write() -> None:
+    history = valid()
+    history.final[0] = [r for r in history.final[0] if r[1] != "b1"]
+    history.polls = []
+    assert kinds(history) == ["lost"]
+    assert str(check(history)[0]) == "lost: b1 acknowledged at 0:3, not in the final read"
+
+
+def test_duplicate() -> None:
+    history = valid()
+    history.final[0].append((5, "a0"))
+    assert "duplicate" in kinds(history)
+    assert "duplicate: a0 at 0:0, 0:5" in map(str, check(history))
+
+
+def test_inconsistent_offset_across_reads() -> None:
+    history = valid()
+    history.polls.append(Poll(8, 1, ((0, 2, "a3"),)))
+    assert "inconsistent-offset" in kinds(history)
+    assert "inconsistent-offset: 0:2 holds ['a1', 'a3']" in map(str, check(history))
+
+
+def test_inconsistent_offset_against_an_acknowledgement() -> None:
+    history = valid()
+    history.sends[1] = replace(history.sends[1], offset=2)  # b0 acked at a1's offset
+    assert "inconsistent-offset" in kinds(history)
+
+
+def test_reorder_within_a_partition() -> None:
+    history = valid()
+    history.final[0] = [(0, "a0"), (1, "b0"), (2, "a2"), (3, "b1"), (4, "a1")]
+    history.polls = []
+    history.sends = [replace(s, offset={"a1": 4, "a2": 2}.get(s.value, s.offset))
+                     for s in history.sends]
+    assert "reorder" in kinds(history)
+    assert ("reorder: partition 0: a1 (send #1) at offset 4 after a2 (send #2) at 2"
+            in map(str, check(history)))
+
+
+def test_nonmonotonic_send() -> None:
+    history = valid()
+    history.sends[4] = replace(history.sends[4], offset=1)  # a2 acked below a1
+    assert "nonmonotonic-send" in kinds(history)
+
+
+def test_nonmonotonic_poll_within_a_generation() -> None:
+    history = valid()
+    history.polls.append(Poll(7, 1, ((0, 1, "b0"),)))
+    assert kinds(history) == ["nonmonotonic-poll"]
+
+
+def test_a_new_generation_may_rewind() -> None:
+    history = valid()
+    history.polls.append(Poll(7, 2, ((0, 1, "b0"), (0, 2, "a1"))))
+    assert check(history) == []
+
+
+def test_poll_skip() -> None:
+    history = valid()
+    history.polls = [Poll(7, 1, ((0, 0, "a0"), (0, 3, "b1")))]
+    assert kinds(history) == ["poll-skip"]
+    assert str(check(history)[0]) == ("poll-skip: consumer 7 (generation 1), partition 0: "
+                                      "polled 3 (b1) right after 0, skipping 2 record(s) of "
+                                      "the log")
+
+
+@pytest.mark.parametrize("status", [FAIL, None])
+def test_unexpected_value(status: str | None) -> None:
+    history = valid()
+    if status is None:
+        history.final[0].append((5, "zz"))
+    else:
+        history.sends[-1] = replace(history.sends[-1], status=status)
+        history.final[0].append((5, "a3"))
+    assert kinds(history) == ["unexpected"]
+
+
+def test_replicas_agreeing_below_the_high_watermark() -> None:
+    history = valid()
+    log = history.final[0]
+    replicas = {(1, 0): log, (2, 0): log + [(5, "a3")], (3, 0): log}
+    assert replica_divergence(history, replicas, {0: 5}) == []
+
+
+def test_replica_divergence() -> None:
+    history = valid()
+    log = history.final[0]
+    forked = log[:3] + [(3, "a2"), (4, "b1")]
+    short = log[:4]
+    found = replica_divergence(history, {(1, 0): log, (2, 0): forked, (3, 0): short}, {0: 5})
+    assert [str(a) for a in found] == [
+        "replica-divergence: node 2, partition 0: 5 records below the high watermark 5, the "
+        "read has 5; first difference at #3: stored [(3, 'a2')], read [(3, 'b1')]",
+        "replica-divergence: node 3, partition 0: 4 records below the high watermark 5, the "
+        "read has 5; first difference at #4: stored [], read [(4, 'a2')]"]
+
+
+def test_an_acknowledgement_without_an_offset_is_still_checked_for_loss() -> None:
+    history = valid()
+    history.sends[1] = replace(history.sends[1], offset=-1)
+    assert check(history) == []
+    assert summary(history, []).startswith("6 sends (5 ok (1 without an offset), 0 failed")
+    history.final[0] = [r for r in history.final[0] if r[1] != "b0"]
+    history.polls = []
+    assert kinds(history) == ["lost"]
