@@ -222,7 +222,8 @@ def test_operator_deployment_defaults(helm_binary: Path) -> None:
     container = pod["containers"][0]
     assert container["image"] == f"localhost/moldau-operator:{APP_VERSION}"
     assert container["imagePullPolicy"] == "IfNotPresent"
-    assert container["command"] == ["moldau", "operator"]
+    # The image's ENTRYPOINT stays PID 1: the chart passes arguments only.
+    assert "command" not in container
     assert container["args"] == ["--http-port=8080"]
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["MOLDAU_BROKER_IMAGE"] == f"localhost/moldau-broker:{APP_VERSION}"

@@ -19,6 +19,9 @@ def podman(*args: str, timeout: float = 120, check: bool = True
     return done
 
 
-def build_image(env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["bash", str(HERE / "build.sh")], capture_output=True, text=True,
-                          timeout=900, env=env)
+def build_image(*targets: str, env: dict[str, str] | None = None
+                ) -> subprocess.CompletedProcess[str]:
+    """build.sh of the Dockerfile's targets (the broker when none); its stdout ends with the
+    tags, in order."""
+    return subprocess.run(["bash", str(HERE / "build.sh"), *targets], capture_output=True,
+                          text=True, timeout=900, env=env)

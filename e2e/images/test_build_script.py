@@ -25,6 +25,6 @@ def test_build_without_podman_says_what_to_run(tmp_path: Path) -> None:
     for tool in ("bash", "dirname", "sed"):
         (bin_dir / tool).symlink_to(subprocess.check_output(["which", tool], text=True).strip())
     env = {**os.environ, "PATH": str(bin_dir), "MOLDAU_KUBE_CACHE": str(tmp_path / "cache")}
-    done = build_image(env)
+    done = build_image(env=env)
     assert done.returncode == 1
     assert done.stderr.strip() == "images: podman is not installed: run 'make kube-deps'"

@@ -1,5 +1,6 @@
 """What the operator's end-to-end tests set up on a Kubernetes cluster: the broker image in the
-node's containerd, the CRD, local volumes, and the operator as a process on this host."""
+node's containerd, the CRD, local volumes, the operator as a process on this host, and the
+KafkaCluster manifests, waits and client pod the tests share."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ from pathlib import Path
 
 from e2e.images.podman import build_image, podman
 from e2e.kube.cluster_names import SERVER_ENV
-from e2e.kube.testbed import Cluster, run_dir
-from e2e.support import free_port, wait_until
+from e2e.kube.testbed import Cluster, poll, run_dir
+from e2e.support import free_port, unique, wait_until
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -27,21 +28,34 @@ CRD = REPO / "crds" / "moldau.io_kafkaclusters.yaml"
 TESTBED_DNS = "10.250.0.1"
 
 
+def load_into_testbed(tag: str) -> None:
+    """The test bed pulls nothing: an image goes from podman into its containerd."""
+    with tempfile.TemporaryDirectory() as scratch:
+        archive = Path(scratch) / "image.tar"
+        podman("save", "--format", "docker-archive", "-o", str(archive), tag, timeout=300)
+        subprocess.run(["ctr", "--address", str(run_dir() / "containerd" / "containerd.sock"),
+                        "-n", "k8s.io", "images", "import", str(archive)],
+                       check=True, capture_output=True, timeout=300)
+
+
+def built_images(*targets: str) -> list[str]:
+    """The images of these Dockerfile targets, built here and imported into the test bed."""
+    done = build_image(*targets)
+    assert done.returncode == 0, done.stdout + done.stderr
+    # build.sh's timed steps and image sizes, for the report.
+    print(done.stdout)
+    tags = done.stdout.strip().splitlines()[-len(targets):]
+    for tag in tags:
+        load_into_testbed(tag)
+    return tags
+
+
 def broker_image(kube: Cluster) -> str:
     """The broker image, built here and imported into the test bed's containerd; on a
     cluster of one's own, MOLDAU_KUBE_BROKER_IMAGE names an image it can pull."""
     if not kube.owned:
         return os.environ.get("MOLDAU_KUBE_BROKER_IMAGE", "localhost/moldau-broker:0.1.0")
-    done = build_image()
-    assert done.returncode == 0, done.stdout + done.stderr
-    tag = done.stdout.strip().splitlines()[-1]
-    with tempfile.TemporaryDirectory() as scratch:
-        archive = Path(scratch) / "broker.tar"
-        podman("save", "--format", "docker-archive", "-o", str(archive), tag, timeout=300)
-        subprocess.run(["ctr", "--address", str(run_dir() / "containerd" / "containerd.sock"),
-                        "-n", "k8s.io", "images", "import", str(archive)],
-                       check=True, capture_output=True, timeout=300)
-    return tag
+    return built_images("broker")[0]
 
 
 @contextlib.contextmanager
@@ -134,3 +148,66 @@ class OperatorProcess:
 
     def tail(self, lines: int = 40) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+READY_TIMEOUT = 240.0
+
+
+def cluster_manifest(name: str, storage_class: str, brokers: int = 1,
+                     config: dict | None = None, controllers: int = 1) -> dict:
+    return {"apiVersion": "moldau.io/v1alpha1", "kind": "KafkaCluster",
+            "metadata": {"name": name},
+            "spec": {"nodePools": [
+                {"name": "controllers", "roles": ["controller"], "replicas": controllers,
+                 "storage": {"size": "100Mi", "storageClassName": storage_class}},
+                {"name": "brokers", "roles": ["broker"], "replicas": brokers,
+                 "storage": {"size": "100Mi", "storageClassName": storage_class}}],
+                "listeners": [{"name": "plain", "port": 9092, "type": "internal"}],
+                "config": config or {"num.partitions": "1"}}}
+
+
+def status(kube: Cluster, namespace: str, name: str) -> dict:
+    return kube.get_json("-n", namespace, "kafkacluster", name).get("status") or {}
+
+
+def condition(found: dict, kind: str) -> dict:
+    return next((c for c in found.get("conditions") or [] if c["type"] == kind), {})
+
+
+def wait_ready(kube: Cluster, namespace: str, name: str, generation: int | None = None,
+               brokers: str = "1/1") -> dict:
+    def ready() -> dict | None:
+        found = status(kube, namespace, name)
+        settled = (found.get("phase") == "Ready" and found.get("readyBrokers") == brokers
+                   and condition(found, "Reconciling").get("status") == "False")
+        if generation is not None and found.get("observedGeneration") != generation:
+            return None
+        return found if settled else None
+
+    def explain() -> str:
+        return json.dumps(status(kube, namespace, name), indent=1)[-3000:] + "\n" + \
+            kube.kubectl("-n", namespace, "get", "pods", "-o", "wide")
+
+    return poll(ready, READY_TIMEOUT, f"KafkaCluster {name} to be Ready", explain, 1.0)
+
+
+def run_client_pod(kube: Cluster, namespace: str, image: str, bootstrap: str) -> None:
+    """A pod from the broker image produces three lines through bootstrap and consumes
+    them back."""
+    topic = unique("in-cluster")
+    script = (f"printf 'one\\ntwo\\nthree\\n' | moldau produce --bootstrap-server {bootstrap} "
+              f"--topic {topic} && moldau consume --bootstrap-server {bootstrap} --topic "
+              f"{topic} --from-beginning --max-messages 3 --timeout-ms 60000")
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "client"},
+           "spec": {"restartPolicy": "Never", "containers": [{
+               "name": "client", "image": image, "imagePullPolicy": "IfNotPresent",
+               "command": ["sh", "-c", script]}]}}
+    kube.apply(json.dumps(pod), namespace)
+    poll(lambda: kube.get_json("-n", namespace, "pod", "client")["status"].get("phase")
+         in ("Succeeded", "Failed"), 180, "the client pod to finish")
+    logs = kube.kubectl("-n", namespace, "logs", "client")
+    assert kube.get_json("-n", namespace, "pod", "client")["status"]["phase"] == "Succeeded", \
+        logs
+    # The consumer's count line ("Processed a total of 3 messages") goes to stderr.
+    assert [line for line in logs.splitlines() if not line.startswith("Processed")] == \
+        ["one", "two", "three"]

@@ -15,8 +15,13 @@ from e2e.kube.operator_bed import (
     TESTBED_DNS,
     OperatorProcess,
     broker_image,
+    cluster_manifest,
+    condition,
     crd_installed,
     local_volumes,
+    run_client_pod,
+    status,
+    wait_ready,
 )
 from e2e.kube.testbed import Cluster, KubectlError, poll
 from e2e.support import (
@@ -32,7 +37,6 @@ from moldau.client import Admin
 
 pytestmark = pytest.mark.kube
 
-READY_TIMEOUT = 240.0
 SETTLE_SECONDS = 60.0
 OWNED_KINDS = "statefulsets,services,configmaps,serviceaccounts,poddisruptionbudgets"
 
@@ -73,44 +77,6 @@ def operator(kube: Cluster, namespace: str, image: str,
         code = process.stop()
         print(f"operator log ({log}):\n{process.tail(60)}")
         assert code == 0, f"the operator exited with {code}"
-
-
-def cluster_manifest(name: str, storage_class: str, brokers: int = 1,
-                     config: dict | None = None, controllers: int = 1) -> dict:
-    return {"apiVersion": "moldau.io/v1alpha1", "kind": "KafkaCluster",
-            "metadata": {"name": name},
-            "spec": {"nodePools": [
-                {"name": "controllers", "roles": ["controller"], "replicas": controllers,
-                 "storage": {"size": "100Mi", "storageClassName": storage_class}},
-                {"name": "brokers", "roles": ["broker"], "replicas": brokers,
-                 "storage": {"size": "100Mi", "storageClassName": storage_class}}],
-                "listeners": [{"name": "plain", "port": 9092, "type": "internal"}],
-                "config": config or {"num.partitions": "1"}}}
-
-
-def status(kube: Cluster, namespace: str, name: str) -> dict:
-    return kube.get_json("-n", namespace, "kafkacluster", name).get("status") or {}
-
-
-def condition(found: dict, kind: str) -> dict:
-    return next((c for c in found.get("conditions") or [] if c["type"] == kind), {})
-
-
-def wait_ready(kube: Cluster, namespace: str, name: str, generation: int | None = None,
-               brokers: str = "1/1") -> dict:
-    def ready() -> dict | None:
-        found = status(kube, namespace, name)
-        settled = (found.get("phase") == "Ready" and found.get("readyBrokers") == brokers
-                   and condition(found, "Reconciling").get("status") == "False")
-        if generation is not None and found.get("observedGeneration") != generation:
-            return None
-        return found if settled else None
-
-    def explain() -> str:
-        return json.dumps(status(kube, namespace, name), indent=1)[-3000:] + "\n" + \
-            kube.kubectl("-n", namespace, "get", "pods", "-o", "wide")
-
-    return poll(ready, READY_TIMEOUT, f"KafkaCluster {name} to be Ready", explain, 1.0)
 
 
 def test_the_api_server_refuses_bad_specs_with_the_schemas_words(kube: Cluster,
@@ -161,23 +127,7 @@ def test_a_cluster_becomes_ready_and_serves_clients(kube: Cluster, namespace: st
     assert "Created StatefulSet kc-brokers" in events
 
     # A client pod from the broker image, through the bootstrap Service.
-    topic = unique("in-cluster")
-    script = (f"printf 'one\\ntwo\\nthree\\n' | moldau produce --bootstrap-server {bootstrap} "
-              f"--topic {topic} && moldau consume --bootstrap-server {bootstrap} --topic "
-              f"{topic} --from-beginning --max-messages 3 --timeout-ms 60000")
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "client"},
-           "spec": {"restartPolicy": "Never", "containers": [{
-               "name": "client", "image": image, "imagePullPolicy": "IfNotPresent",
-               "command": ["sh", "-c", script]}]}}
-    kube.apply(json.dumps(pod), namespace)
-    poll(lambda: kube.get_json("-n", namespace, "pod", "client")["status"].get("phase")
-         in ("Succeeded", "Failed"), 180, "the client pod to finish")
-    logs = kube.kubectl("-n", namespace, "logs", "client")
-    assert kube.get_json("-n", namespace, "pod", "client")["status"]["phase"] == "Succeeded", \
-        logs
-    # The consumer's count line ("Processed a total of 3 messages") goes to stderr.
-    assert [line for line in logs.splitlines() if not line.startswith("Processed")] == \
-        ["one", "two", "three"]
+    run_client_pod(kube, namespace, image, bootstrap)
 
     # From this host: pod addresses are routable here, names come from the cluster's DNS.
     install(TESTBED_DNS)

@@ -155,24 +155,43 @@ def _output(*command: str) -> str:
     return subprocess.run(command, capture_output=True, text=True, timeout=60).stdout
 
 
-def host_state() -> dict[str, object]:
+# What the test bed adds on the host (lib.sh's BRIDGE and NODE_IP, up.sh's chains): the
+# guard compares only these, since other users of the machine add links, addresses and
+# chains of their own meanwhile.
+BRIDGE = "moldau0"
+NODE_ADDRESS = "10.250.0.1/32"
+CHAIN_PREFIXES = ("KUBE-", "MOLDAU-")
+
+
+def host_state(bridge: str = BRIDGE) -> dict[str, object]:
     """What the test bed touches on the host, to compare before up.sh and after down.sh."""
     sysctls = {name: (Path("/proc/sys") / name).read_text().strip() for name in SYSCTLS
                if (Path("/proc/sys") / name).exists()}
-    # Tables and chains, not rules: counters and rule order of other users may move.
-    chains = {command: sorted(line.split()[0] for line in _output(command).splitlines()
-                              if line.startswith(("*", ":")))
+    # Chain names, not rules: counters and rule order of other users may move.
+    chains = {command: sorted(name for name in (line[1:].split()[0] for line in
+                                                _output(command).splitlines()
+                                                if line.startswith(":"))
+                              if name.startswith(CHAIN_PREFIXES))
               for command in ("iptables-save", "ip6tables-save")}
     mounts = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()
               if line.split()[4].startswith(str(run_dir()))]
     return {"sysctls": sysctls, "iptables chains": chains, "mounts": mounts,
-            "addresses on lo": sorted(line.split()[3] for line in _output(
-                "ip", "-o", "-4", "addr", "show", "dev", "lo").splitlines()),
-            "links": sorted(line.split()[1].rstrip(":") for line in _output(
-                "ip", "-o", "link", "show").splitlines()),
+            "node address on lo": NODE_ADDRESS in _output(
+                "ip", "-o", "-4", "addr", "show", "dev", "lo").split(),
+            "links": bridge_links(bridge),
             "kubepods cgroups": sorted(str(p) for p in Path("/sys/fs/cgroup").glob("*/kubepods")),
             "processes of the test bed": _processes_naming(run_dir()),
             "run directory": run_dir().exists()}
+
+
+def bridge_links(bridge: str) -> list[str]:
+    """The bridge and the pods' veths on it. A veth left behind keeps its pod's network
+    namespace, a mount under the run directory, which the guard checks too."""
+    found = [line.split()[1].split("@")[0].rstrip(":") for line in _output(
+        "ip", "-o", "link", "show", "master", bridge).splitlines()]
+    if _output("ip", "-o", "link", "show", "dev", bridge).strip():
+        found.append(bridge)
+    return sorted(found)
 
 
 def _processes_naming(path: Path) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -71,3 +72,13 @@ def test_no_handler_leaves_a_finalizer_on_the_cluster() -> None:
     handlers = [*registry._spawning.get_all_handlers(), *registry._changing.get_all_handlers()]
     assert handlers
     assert [h.id for h in handlers if h.requires_finalizer] == []
+
+
+def test_a_replica_started_later_has_a_lower_peering_priority() -> None:
+    # kopf pauses every peer sharing a priority, and the peer of highest priority acts.
+    from moldau.operator.main import peer_priority
+
+    first = peer_priority()
+    time.sleep(0.01)
+    second = peer_priority()
+    assert 0 < second < first < 2**63

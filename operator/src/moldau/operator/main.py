@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 import sys
+import time
 
 import kopf
 from aiohttp import web
@@ -24,15 +25,28 @@ async def _serve(port: int, operator: asyncio.Task[None]) -> web.AppRunner:
     return runner
 
 
+# Microseconds since 1970 stay below this until the year 2262; the result fits an int64.
+PRIORITY_CEILING_US = 2**63 // 1000
+
+
+def peer_priority() -> int:
+    """This replica's kopf peering priority: the replica that started first has the highest.
+    kopf pauses every peer that shares a priority, and start times in microseconds do not
+    repeat; a replacement pod joining later never takes over from the one at work."""
+    return PRIORITY_CEILING_US - time.time_ns() // 1000
+
+
 async def _main(namespaces: list[str], http_port: int, standalone: bool) -> int:
     # The handlers register themselves with kopf on import.
     import moldau.operator.handlers  # noqa: F401
 
     stop = asyncio.Event()
     # A peering name makes kopf wait for its peering resources: only when peering is on.
+    priority = peer_priority()
     operator = asyncio.create_task(kopf.operator(
         clusterwide=not namespaces, namespaces=namespaces, standalone=standalone,
-        peering_name=None if standalone else PEERING_NAME, stop_flag=stop))
+        peering_name=None if standalone else PEERING_NAME, priority=priority,
+        stop_flag=stop))
     try:
         runner = await _serve(http_port, operator)
     except OSError as exc:
@@ -45,6 +59,8 @@ async def _main(namespaces: list[str], http_port: int, standalone: bool) -> int:
     where = ", ".join(namespaces) if namespaces else "every namespace"
     log.info("watching KafkaCluster resources in %s; /metrics and /healthz on port %d",
              where, http_port)
+    if not standalone:
+        log.info("peering %r with priority %d", PEERING_NAME, priority)
     try:
         await operator
     finally:
