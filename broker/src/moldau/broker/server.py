@@ -246,8 +246,8 @@ class Broker:
             offsets_retention_ms=config["offsets.retention.minutes"] * 60000)
         self.groups = GroupCoordinator(
             settings,
-            write=lambda group_id, records: self.offsets_topic.write(
-                partition_for(group_id, partitions), records),
+            write=lambda group_id, records, producer=None: self.offsets_topic.write(
+                partition_for(group_id, partitions), records, producer),
             partition_exists=self._partition_exists,
             partitions=partitions, read=self.offsets_topic.read)
         # The coordinator of a group is the leader of its __consumer_offsets partition: it

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 
 from moldau.broker.coordinators.group.group import Group
 from moldau.broker.coordinators.group.ownership import Load, Ownership
-from moldau.broker.coordinators.group.replay import Record, replay
+from moldau.broker.coordinators.group.replay import Entry, replay
 from moldau.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("moldau.broker.groups")
@@ -25,10 +25,10 @@ LEADERSHIP_GONE = frozenset({ErrorCode.not_leader_or_follower,
 
 
 class PartitionLoader:
-    def __init__(self, read: Callable[[int], Iterable[Record]],
+    def __init__(self, read: Callable[[int], Iterable[Entry]],
                  install: Callable[[int, dict[str, Group]], None],
                  unload: Callable[[int], int]) -> None:
-        self._read = read  # a partition's records in log order; called in a thread
+        self._read = read  # a partition's records and markers in log order; in a thread
         self._install = install  # puts loaded groups in service (on the loop)
         self._unload = unload  # drops a partition's groups; returns how many
         self.ownership = Ownership()
