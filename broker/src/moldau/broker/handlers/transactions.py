@@ -5,7 +5,7 @@ then InitProducerId with its transactional id. Both are refused at once with
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED: it is the one code that the Java producer and
 librdkafka both treat as fatal on both requests, so `initTransactions()` /
 `init_transactions()` fails straight away instead of retrying until its timeout. The other
-transactional APIs (AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit) are not
+transactional APIs (AddPartitionsToTxn, AddOffsetsToTxn, EndTxn) are not
 advertised in ApiVersions, so no client gets as far as sending them.
 """
 

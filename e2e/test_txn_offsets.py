@@ -1,0 +1,161 @@
+"""Offsets committed in transactions, over the wire against a real broker process.
+
+A producer id comes from InitProducerId (no transactional id), the offsets from a raw
+TxnOffsetCommit, and the transaction ends with a raw WriteTxnMarkers sent to the leader of
+the group's `__consumer_offsets` partition, as the transaction coordinator will send it.
+Until the COMMIT marker the offsets are pending: OffsetFetch returns the last committed
+offset, or UNSTABLE_OFFSET_COMMIT with require_stable; real consumers' committed() agree.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from e2e import txn_wire, wire
+from e2e.support import ck_consumer, ck_create_topic, kp_consumer, unique, wait_until
+from e2e.test_groups_wire import find_coordinator
+from e2e.test_transactions import Scenario
+from e2e.txn_wire import UNSTABLE_OFFSET_COMMIT, TxnCommit
+from moldau.broker.coordinators.group.records import OFFSETS_TOPIC, partition_for
+
+pytestmark = pytest.mark.timeout(180)
+OFFSETS_PARTITIONS = 50  # offsets.topic.num.partitions, Kafka's default
+TIMEOUT = 60.0
+# What clients retry on while the coordinator starts: loading, or not yet the leader.
+COORDINATOR_RETRIABLE = (txn_wire.COORDINATOR_LOAD_IN_PROGRESS, 16)
+
+
+class Txn:
+    """Transactions of fresh producer ids committing offsets of `topic` for `group`."""
+
+    def __init__(self, bootstrap: str, topic: str, group: str) -> None:
+        wait_until(lambda: find_coordinator(bootstrap, group)[0] == wire.NONE, TIMEOUT,
+                   "the group coordinator")
+        self.bootstrap, self.topic, self.group = bootstrap, topic, group
+        self.conn = wire.Conn(bootstrap, timeout=30)
+        self.offsets_partition = partition_for(group, OFFSETS_PARTITIONS)
+        self.fetch(require_stable=False)  # the group's partition is loaded: it coordinates
+
+
+    def producer(self) -> int:
+        return Scenario._producer_id(self)  # type: ignore[arg-type]
+
+    def commit_offsets(self, producer_id: int, offset: int, *, epoch: int = 0,
+                       version: int = 3, **member: object) -> int:
+        errors = txn_wire.txn_offset_commit(self.conn, 5, TxnCommit(
+            "txn-id", self.group, producer_id, epoch, {(self.topic, 0): offset},
+            **member), version)  # type: ignore[arg-type]
+        return errors[(self.topic, 0)]
+
+    def end(self, producer_id: int, commit: bool) -> int:
+        marker = wire.TxnMarker(producer_id, 0, commit, {OFFSETS_TOPIC: [self.offsets_partition]})
+        return wire.write_txn_markers(self.conn, 6, [marker])[
+            (producer_id, OFFSETS_TOPIC, self.offsets_partition)]
+
+    def fetch(self, require_stable: bool) -> tuple[int, int]:
+        """(offset, error) of the partition, once the group is loaded."""
+        def answered() -> tuple[int, int] | None:
+            group_error, found = txn_wire.offset_fetch(self.conn, 7, self.group,
+                                                       {self.topic: [0]}, require_stable)
+            if group_error in COORDINATOR_RETRIABLE:
+                return None
+            assert group_error == wire.NONE
+            offset, error, _ = found[(self.topic, 0)]
+            return offset, error
+        return wait_until(answered, TIMEOUT, "an OffsetFetch answer")
+
+
+@pytest.fixture
+def txn(module_broker):
+    topic = unique("txn-offsets")
+    ck_create_topic(module_broker.bootstrap, topic)
+    run = Txn(module_broker.bootstrap, topic, unique("txn-group"))
+    yield run
+    run.conn.close()
+
+
+def test_pending_until_commit_dropped_on_abort(txn):
+    first, second, third = txn.producer(), txn.producer(), txn.producer()
+    assert txn.commit_offsets(first, 5) == wire.NONE
+    assert txn.fetch(require_stable=False) == (-1, wire.NONE)
+    assert txn.fetch(require_stable=True) == (-1, UNSTABLE_OFFSET_COMMIT)
+    assert txn.end(first, commit=True) == wire.NONE
+    assert txn.fetch(require_stable=True) == (5, wire.NONE)
+
+    assert txn.commit_offsets(second, 9, version=0) == wire.NONE
+    assert txn.fetch(require_stable=False) == (5, wire.NONE)  # the last committed
+    assert txn.fetch(require_stable=True) == (-1, UNSTABLE_OFFSET_COMMIT)
+    assert txn.end(second, commit=False) == wire.NONE
+    assert txn.fetch(require_stable=True) == (5, wire.NONE)
+
+    assert txn.commit_offsets(third, 12) == wire.NONE
+    assert txn.end(third, commit=True) == wire.NONE
+    assert txn.fetch(require_stable=True) == (12, wire.NONE)
+
+
+def test_errors_as_kafka_answers_them(txn):
+    producer = txn.producer()
+    unknown = txn_wire.txn_offset_commit(txn.conn, 9, TxnCommit(
+        "txn-id", txn.group, producer, 0, {(txn.topic, 0): 1, (txn.topic, 7): 1,
+                                           (unique("no-such-topic"), 0): 1}))
+    assert sorted(unknown.values()) == [wire.NONE, wire.UNKNOWN_TOPIC_OR_PARTITION,
+                                        wire.UNKNOWN_TOPIC_OR_PARTITION]
+    assert txn.commit_offsets(producer, 2, epoch=1) == wire.NONE
+    assert txn.commit_offsets(producer, 3, epoch=0) == txn_wire.INVALID_PRODUCER_EPOCH
+    other = Txn(txn.bootstrap, txn.topic, unique("txn-no-group"))
+    assert other.commit_offsets(producer, 1, epoch=1, generation=3, member_id="m") == \
+        txn_wire.ILLEGAL_GENERATION
+    empty = txn_wire.txn_offset_commit(txn.conn, 10, TxnCommit(
+        "txn-id", "", producer, 1, {(txn.topic, 0): 1}))
+    assert empty == {(txn.topic, 0): txn_wire.INVALID_GROUP_ID}
+    other.conn.close()
+
+
+def test_real_consumers_see_the_offset_only_after_the_commit_marker(txn):
+    from confluent_kafka import KafkaException, TopicPartition
+    from kafka import TopicPartition as KpTopicPartition
+
+    earlier, producer = txn.producer(), txn.producer()
+    assert txn.commit_offsets(earlier, 4) == wire.NONE
+    assert txn.end(earlier, commit=True) == wire.NONE
+    assert txn.commit_offsets(producer, 8) == wire.NONE
+
+    kp = kp_consumer(txn.bootstrap, group_id=txn.group)
+    ck = ck_consumer(txn.bootstrap, **{"group.id": txn.group})
+    try:
+        tp = KpTopicPartition(txn.topic, 0)
+        # kafka-python asks without require_stable: the last committed offset.
+        assert kp.committed(tp) == 4
+        # librdkafka requires stable offsets: it retries until its timeout.
+        with pytest.raises(KafkaException):
+            ck.committed([TopicPartition(txn.topic, 0)], timeout=3)
+        assert txn.end(producer, commit=True) == wire.NONE
+        assert kp.committed(tp) == 8
+        [committed] = ck.committed([TopicPartition(txn.topic, 0)], timeout=15)
+        assert committed.offset == 8
+    finally:
+        kp.close(autocommit=False)
+        ck.close()
+
+
+def test_pending_offsets_survive_a_kill_and_restart(broker):
+    """kill -9 between the TxnOffsetCommit and the marker: the restarted broker loads the
+    offset as pending (and the one whose marker was written as committed); the marker sent
+    after the restart commits it."""
+    topic = unique("txn-restart")
+    ck_create_topic(broker.bootstrap, topic)
+    txn = Txn(broker.bootstrap, topic, unique("txn-restart-group"))
+    committed, pending = txn.producer(), txn.producer()
+    assert txn.commit_offsets(committed, 3) == wire.NONE
+    assert txn.end(committed, commit=True) == wire.NONE
+    assert txn.commit_offsets(pending, 7) == wire.NONE
+    txn.conn.close()
+
+    broker.kill()
+    broker.restart()
+    txn = Txn(broker.bootstrap, topic, txn.group)
+    assert txn.fetch(require_stable=False) == (3, wire.NONE)
+    assert txn.fetch(require_stable=True) == (-1, UNSTABLE_OFFSET_COMMIT)
+    assert txn.end(pending, commit=True) == wire.NONE
+    assert txn.fetch(require_stable=True) == (7, wire.NONE)
+    txn.conn.close()
