@@ -63,6 +63,7 @@ TOOLS = {
     "kafka-leader-election": "org.apache.kafka.tools.LeaderElectionCommand",
     "kafka-metadata-quorum": "org.apache.kafka.tools.MetadataQuorumCommand",
     "kafka-producer-perf-test": "org.apache.kafka.tools.ProducerPerformance",
+    "kafka-transactions": "org.apache.kafka.tools.TransactionsCommand",
 }
 DRIVER_MAIN = "io.moldau.oracle.ClientDriver"
 

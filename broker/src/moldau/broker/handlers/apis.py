@@ -4,6 +4,7 @@ from moldau.broker.handlers import (  # noqa: F401
     api_versions,
     cluster,
     configs,
+    describe_producers,
     fetch,
     group_offsets,
     groups,
