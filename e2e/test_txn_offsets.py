@@ -13,10 +13,12 @@ import pytest
 
 from e2e import txn_wire, wire
 from e2e.support import ck_consumer, ck_create_topic, kp_consumer, unique, wait_until
+from e2e.test_cluster_failover import create_topic, partition_state
 from e2e.test_groups_wire import find_coordinator
 from e2e.test_transactions import Scenario
 from e2e.txn_wire import UNSTABLE_OFFSET_COMMIT, TxnCommit
 from moldau.broker.coordinators.group.records import OFFSETS_TOPIC, partition_for
+from moldau.cluster.launcher import LocalCluster
 
 pytestmark = pytest.mark.timeout(180)
 OFFSETS_PARTITIONS = 50  # offsets.topic.num.partitions, Kafka's default
@@ -154,6 +156,37 @@ def test_pending_offsets_survive_a_kill_and_restart(broker):
     broker.kill()
     broker.restart()
     txn = Txn(broker.bootstrap, topic, txn.group)
+    assert txn.fetch(require_stable=False) == (3, wire.NONE)
+    assert txn.fetch(require_stable=True) == (-1, UNSTABLE_OFFSET_COMMIT)
+    assert txn.end(pending, commit=True) == wire.NONE
+    assert txn.fetch(require_stable=True) == (7, wire.NONE)
+    txn.conn.close()
+
+
+def test_pending_offsets_move_with_the_coordinator(cluster: LocalCluster):
+    """kill -9 of the group coordinator mid-transaction: the new leader of the group's
+    `__consumer_offsets` partition loads the offset as pending, and the marker the
+    transaction coordinator then sends it commits the offset."""
+    topic, group = unique("txn-failover"), unique("txn-failover-group")
+    create_topic(cluster.bootstrap_servers, topic)
+    wait_until(lambda: find_coordinator(cluster.node(1).broker_address, group)[0] == wire.NONE,
+               TIMEOUT, "the group coordinator")
+    offsets_partition = partition_for(group, OFFSETS_PARTITIONS)
+    wait_until(lambda: len(partition_state(cluster, OFFSETS_TOPIC, offsets_partition)[1]) == 3,
+               TIMEOUT, "a full ISR of the group's partition")
+    coordinator, _ = partition_state(cluster, OFFSETS_TOPIC, offsets_partition)
+    txn = Txn(cluster.node(coordinator).broker_address, topic, group)
+    committed, pending = txn.producer(), txn.producer()
+    assert txn.commit_offsets(committed, 3) == wire.NONE
+    assert txn.end(committed, commit=True) == wire.NONE
+    assert txn.commit_offsets(pending, 7) == wire.NONE
+    txn.conn.close()
+
+    cluster.kill(coordinator)
+    wait_until(lambda: partition_state(cluster, OFFSETS_TOPIC, offsets_partition)[0]
+               not in (-1, coordinator), TIMEOUT, "a new coordinator")
+    successor, _ = partition_state(cluster, OFFSETS_TOPIC, offsets_partition)
+    txn = Txn(cluster.node(successor).broker_address, topic, group)
     assert txn.fetch(require_stable=False) == (3, wire.NONE)
     assert txn.fetch(require_stable=True) == (-1, UNSTABLE_OFFSET_COMMIT)
     assert txn.end(pending, commit=True) == wire.NONE
