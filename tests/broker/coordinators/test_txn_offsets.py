@@ -298,3 +298,25 @@ def test_txn_end_entries_come_from_control_batches(node):
         coordinator.shutdown()
 
     run(scenario())
+
+
+def test_offsets_a_transaction_holds_do_not_expire(node):
+    """Kafka keeps an expired offset while a transaction holds one for its partition, and
+    the group while any of its transactions is open."""
+    async def scenario():
+        coordinator = await loaded(node)
+        other = group_in(1, "txn-expiring")
+        assert await coordinator.commit(GROUP, -1, "", None, at(1, 1)) == [E.none] * 2
+        assert await coordinator.commit(GROUP, -1, "", None, at(5), producer=P1) == [E.none]
+        assert await coordinator.commit(other, -1, "", None, at(6), producer=P2) == [E.none]
+        far_future = 2**62
+        assert coordinator.expire_offsets(far_future) == 1  # t-1 only
+        assert committed(coordinator) == {0: 1}
+        assert other in coordinator.groups
+        end(node, coordinator, P1, commit=True)
+        end(node, coordinator, P2, commit=False)
+        assert coordinator.expire_offsets(far_future) == 1
+        assert GROUP not in coordinator.groups and other not in coordinator.groups
+        coordinator.shutdown()
+
+    run(scenario())

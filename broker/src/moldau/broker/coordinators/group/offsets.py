@@ -26,9 +26,10 @@ class CommittedOffset:
 
 def keep_latest(offsets: dict[TopicPartition, CommittedOffset], key: TopicPartition,
                 stored: CommittedOffset) -> bool:
-    """Store `stored` unless the offset held for `key` was written later in the log."""
+    """Store `stored` unless the offset held for `key` was written later in the log (one
+    whose place is not known was just written, so it is the latest)."""
     current = offsets.get(key)
-    if current is not None and current.record_offset > stored.record_offset:
+    if current is not None and 0 <= stored.record_offset < current.record_offset:
         return False
     offsets[key] = stored
     return True
