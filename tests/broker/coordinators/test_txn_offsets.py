@@ -12,7 +12,11 @@ from collections.abc import Iterator
 from offsets_node import OffsetsNode, group_in, join, run, stable_member
 
 from moldau.broker.coordinators.group.coordinator import GroupCoordinator, OffsetCommit
-from moldau.broker.coordinators.group.offsets import CommittedOffset, PendingOffsets
+from moldau.broker.coordinators.group.offsets import (
+    CommittedOffset,
+    OpenTransactions,
+    PendingOffsets,
+)
 from moldau.broker.coordinators.group.records import OFFSETS_TOPIC
 from moldau.broker.coordinators.group.replay import Entry, TxnEnd
 from moldau.broker.coordinators.group.writes import TxnProducer
@@ -284,6 +288,18 @@ def test_pending_offsets_bookkeeping():
     pending.discard(("t", 2))
     pending.end(8, True, committed_offsets)
     assert ("t", 2) not in committed_offsets and not pending
+
+
+def test_open_transactions_index():
+    open_txns = OpenTransactions()
+    open_txns.add(7, "a")
+    open_txns.add(7, "b")
+    open_txns.add(8, "a")
+    assert sorted(open_txns.groups(7)) == ["a", "b"]
+    open_txns.discard(7, "a")
+    open_txns.discard(7, "b")
+    open_txns.discard(9, "a")  # nothing there: no error
+    assert open_txns.groups(7) == [] and open_txns.groups(8) == ["a"]
 
 
 def test_txn_end_entries_come_from_control_batches(node):

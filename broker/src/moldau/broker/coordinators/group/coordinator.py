@@ -34,7 +34,7 @@ from moldau.broker.coordinators.group.group import (
     SyncResult,
 )
 from moldau.broker.coordinators.group.loading import PartitionLoader
-from moldau.broker.coordinators.group.offsets import keep_latest
+from moldau.broker.coordinators.group.offsets import OpenTransactions, keep_latest
 from moldau.broker.coordinators.group.records import (
     OFFSETS_TOPIC,
     GroupKey,
@@ -97,8 +97,7 @@ class GroupCoordinator:
         self._coordinates = coordinates or (lambda _group_id: True)
         self.partitions = partitions
         self.groups: dict[str, Group] = {}
-        # Producer id -> groups holding offsets of its ongoing transaction.
-        self._open_txns: dict[int, set[str]] = {}
+        self._open_txns = OpenTransactions()
         # Partition being loaded -> transactions ended there meanwhile (producer id, commit):
         # the load may have read the log before their markers.
         self._ended_while_loading: dict[int, list[tuple[int, bool]]] = {}
@@ -166,7 +165,7 @@ class GroupCoordinator:
         self.groups.update(groups)
         for group_id, group in groups.items():
             for producer_id in group.pending_offsets.producers():
-                self._open_txns.setdefault(producer_id, set()).add(group_id)
+                self._open_txns.add(producer_id, group_id)
 
     def _unload_partition(self, partition: int) -> int:
         self._ended_while_loading.pop(partition, None)
@@ -186,14 +185,7 @@ class GroupCoordinator:
     def _forget(self, group: Group) -> None:
         del self.groups[group.group_id]
         for producer_id in group.pending_offsets.producers():
-            self._drop_open_txn(producer_id, group.group_id)
-
-    def _drop_open_txn(self, producer_id: int, group_id: str) -> None:
-        group_ids = self._open_txns.get(producer_id)
-        if group_ids is not None:
-            group_ids.discard(group_id)
-            if not group_ids:
-                del self._open_txns[producer_id]
+            self._open_txns.discard(producer_id, group.group_id)
 
     # --- loading without per-partition leadership ------------------------------------------
 
@@ -707,7 +699,7 @@ class GroupCoordinator:
                     keep_latest(group.offsets, key, stored)
                 elif self.groups.get(group_id) is group:  # not unloaded meanwhile
                     group.pending_offsets.add(producer.producer_id, key, stored)
-                    self._open_txns.setdefault(producer.producer_id, set()).add(group_id)
+                    self._open_txns.add(producer.producer_id, group_id)
         return results
 
     def _committing_group(self, group_id: str, generation: int, member_id: str,
@@ -750,11 +742,11 @@ class GroupCoordinator:
                         ErrorCode.coordinator_load_in_progress:
                     self._ended_while_loading.setdefault(partition, []).append(
                         (producer_id, commit))
-        for group_id in list(self._open_txns.get(producer_id, ())):
+        for group_id in self._open_txns.groups(producer_id):
             group = self.groups.get(group_id)
             if group is not None and self.partition_of(group_id) in partitions:
                 group.pending_offsets.end(producer_id, commit, group.offsets)
-                self._drop_open_txn(producer_id, group_id)
+                self._open_txns.discard(producer_id, group_id)
 
     def has_pending_offsets(self, group_id: str, topic: str, partition: int) -> bool:
         """Whether an ongoing transaction holds an offset of the partition for the group

@@ -68,3 +68,23 @@ class PendingOffsets:
         if commit:
             for key, stored in ended.items():
                 keep_latest(committed, key, stored)
+
+
+class OpenTransactions:
+    """Which groups hold pending offsets of each producer, so that a marker finds them."""
+
+    def __init__(self) -> None:
+        self._groups: dict[int, set[str]] = {}
+
+    def add(self, producer_id: int, group_id: str) -> None:
+        self._groups.setdefault(producer_id, set()).add(group_id)
+
+    def discard(self, producer_id: int, group_id: str) -> None:
+        group_ids = self._groups.get(producer_id)
+        if group_ids is not None:
+            group_ids.discard(group_id)
+            if not group_ids:
+                del self._groups[producer_id]
+
+    def groups(self, producer_id: int) -> list[str]:
+        return list(self._groups.get(producer_id, ()))
