@@ -88,7 +88,7 @@ class GroupCoordinator:
                  coordinates: Callable[[str], bool] | None = None, *,
                  partitions: int = 1,
                  read: Callable[[int], Iterable[Entry]] | None = None) -> None:
-        """`read` gives a partition's records (called in a thread); with it, this node
+        """`read` gives a partition's records and markers (called in a thread); with it, this node
         coordinates only the partitions it was told it leads, once loaded. Without it,
         every group that `coordinates` accepts is this node's, loaded with load()."""
         self.settings = settings
