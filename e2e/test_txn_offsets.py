@@ -15,7 +15,7 @@ from e2e import txn_wire, wire
 from e2e.support import ck_consumer, ck_create_topic, kp_consumer, unique, wait_until
 from e2e.test_cluster_failover import create_topic, partition_state
 from e2e.test_groups_wire import find_coordinator
-from e2e.test_transactions import Scenario
+from e2e.test_transactions import fresh_producer_id
 from e2e.txn_wire import UNSTABLE_OFFSET_COMMIT, TxnCommit
 from moldau.broker.coordinators.group.records import OFFSETS_TOPIC, partition_for
 from moldau.cluster.launcher import LocalCluster
@@ -40,7 +40,7 @@ class Txn:
 
 
     def producer(self) -> int:
-        return Scenario._producer_id(self)  # type: ignore[arg-type]
+        return fresh_producer_id(self.conn)
 
     def commit_offsets(self, producer_id: int, offset: int, *, epoch: int = 0,
                        version: int = 3, **member: object) -> int:
