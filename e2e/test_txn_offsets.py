@@ -87,6 +87,8 @@ def test_pending_until_commit_dropped_on_abort(txn):
     assert txn.commit_offsets(second, 9, version=0) == wire.NONE
     assert txn.fetch(require_stable=False) == (5, wire.NONE)  # the last committed
     assert txn.fetch(require_stable=True) == (-1, UNSTABLE_OFFSET_COMMIT)
+    every = txn_wire.offset_fetch(txn.conn, 8, txn.group, None, require_stable=True)
+    assert every == (wire.NONE, {(txn.topic, 0): (-1, UNSTABLE_OFFSET_COMMIT, "")})
     assert txn.end(second, commit=False) == wire.NONE
     assert txn.fetch(require_stable=True) == (5, wire.NONE)
 

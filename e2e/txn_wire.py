@@ -88,12 +88,13 @@ def txn_offset_commit(conn: Conn, correlation_id: int, commit: TxnCommit, versio
 
 
 def offset_fetch(conn: Conn, correlation_id: int, group: str,
-                 partitions: dict[str, list[int]], require_stable: bool
+                 partitions: dict[str, list[int]] | None, require_stable: bool
                  ) -> tuple[int, dict[tuple[str, int], tuple[int, int, str | None]]]:
-    """OffsetFetch v8 for one group: (group error, {(topic, partition): (offset, error,
-    metadata)})."""
-    topics = [compact_string(t) + compact_array([int32(p) for p in ps]) + TAGS
-              for t, ps in partitions.items()]
+    """OffsetFetch v8 for one group (every partition with an offset when `partitions` is
+    None): (group error, {(topic, partition): (offset, error, metadata)})."""
+    topics = None if partitions is None else [
+        compact_string(t) + compact_array([int32(p) for p in ps]) + TAGS
+        for t, ps in partitions.items()]
     body = (compact_array([compact_string(group) + compact_array(topics) + TAGS])
             + int8(int(require_stable)) + TAGS)
     conn.send(request(OFFSET_FETCH, 8, correlation_id, body, flexible=True))

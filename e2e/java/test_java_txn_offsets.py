@@ -59,6 +59,8 @@ def test_transactional_offsets_match_kafka(target):
     seen["second commit (v0)"] = txn.commit_offsets(second, 9, version=0)
     seen["pending: fetch"] = txn.fetch(require_stable=False)
     seen["pending: fetch stable"] = txn.fetch(require_stable=True)
+    seen["pending: fetch all, stable"] = txn_wire.offset_fetch(txn.conn, 14, txn.group, None,
+                                                              require_stable=True)
     seen["pending: tool"] = current_offset(target, txn.group, topic)
     seen["pending: producers"] = open_transactions(txn)
     seen["second abort"] = txn.end(second, commit=False)
@@ -83,6 +85,8 @@ def test_transactional_offsets_match_kafka(target):
             "second commit (v0)": wire.NONE,
             "pending: fetch": (5, wire.NONE),
             "pending: fetch stable": (-1, txn_wire.UNSTABLE_OFFSET_COMMIT),
+            "pending: fetch all, stable":
+                (wire.NONE, {(topic, 0): (-1, txn_wire.UNSTABLE_OFFSET_COMMIT, "")}),
             "pending: tool": "5",
             "pending: producers": [(0, -1), (0, 2)],
             "second abort": wire.NONE,
