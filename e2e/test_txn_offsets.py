@@ -24,7 +24,8 @@ pytestmark = pytest.mark.timeout(180)
 OFFSETS_PARTITIONS = 50  # offsets.topic.num.partitions, Kafka's default
 TIMEOUT = 60.0
 # What clients retry on while the coordinator starts: loading, or not yet the leader.
-COORDINATOR_RETRIABLE = (txn_wire.COORDINATOR_LOAD_IN_PROGRESS, 16)
+NOT_COORDINATOR = 16
+COORDINATOR_RETRIABLE = (txn_wire.COORDINATOR_LOAD_IN_PROGRESS, NOT_COORDINATOR)
 
 
 class Txn:
@@ -183,6 +184,10 @@ def test_pending_offsets_move_with_the_coordinator(cluster: LocalCluster):
     assert txn.end(committed, commit=True) == wire.NONE
     assert txn.commit_offsets(pending, 7) == wire.NONE
     txn.conn.close()
+    bystander = next(node.node_id for node in cluster.nodes if node.node_id != coordinator)
+    with wire.Conn(cluster.node(bystander).broker_address, timeout=30) as conn:
+        assert txn_wire.txn_offset_commit(conn, 1, TxnCommit(
+            "txn-id", group, pending, 0, {(topic, 0): 8})) == {(topic, 0): NOT_COORDINATOR}
 
     cluster.kill(coordinator)
     wait_until(lambda: partition_state(cluster, OFFSETS_TOPIC, offsets_partition)[0]
