@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,11 +64,13 @@ def parse_produce(output: str, record_size: int) -> ProduceResult:
 
 
 def producer_perf(bootstrap: str, topic: str, records: int, size: int, props: dict[str, str],
-                  timeout: float = 600) -> ProduceResult:
+                  timeout: float = 600, options: Sequence[str] = ()) -> ProduceResult:
+    """ProducerPerformance; `options` are more of its flags (say --transactional-id)."""
     settings = {"bootstrap.servers": bootstrap, **props}
     output = run_java_tool(PRODUCER_PERF, [
         "--topic", topic, "--num-records", str(records), "--record-size", str(size),
-        "--throughput", "-1", "--producer-props", *(f"{k}={v}" for k, v in settings.items()),
+        "--throughput", "-1", *options,
+        "--producer-props", *(f"{k}={v}" for k, v in settings.items()),
     ], timeout)
     result = parse_produce(output, size)
     if result.records != records:

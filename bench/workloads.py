@@ -45,7 +45,9 @@ RAW_PASSES = 4  # the bare reader reads a hot partition this many times (one pas
 # The last group runs against a three-node cluster of each broker instead of the single node.
 CLUSTER_GROUP = "cluster"
 GROUPS = ("startup", "produce", "consume", "latency", "connections", "partitions", "recovery",
-          CLUSTER_GROUP)
+          "transactions", CLUSTER_GROUP)
+# How long each transaction of the transactional produce row stays open.
+TRANSACTION_MS = 100
 # The RF 3 rows: topics with three replicas, acks=all needing two of them in sync.
 RF3_TOPIC = {"min.insync.replicas": "2"}
 FAILOVER_RATE = 1000  # records/s of the producer that keeps writing through a leader's death
@@ -167,6 +169,10 @@ def define_rows(plan: Plan, moldau_perf: bool) -> list[Row]:
             f"log topped up to at least {size_text(plan.recovery_bytes)}, all workloads' topics"),
         Row("rec_data", "recovery", "Restart after kill -9: to all end offsets back", "s",
             "lower", "ListOffsets on every partition matches what was acknowledged"),
+        Row("p1k_txn", "transactions",
+            "Produce 1 KiB, transactional (ProducerPerformance --transactional-id)", "MiB/s",
+            "higher", f"{plan.client_records:,} records, 1 partition, {batched}, a commit "
+            f"every {TRANSACTION_MS} ms (--transaction-duration-ms), --throughput -1"),
         Row("failover", CLUSTER_GROUP,
             "Leader failover: kill -9 of the leader to the first acks=all produce", "s",
             "lower", f"3 brokers, RF 3, min.insync.replicas=2, leader not the active "
@@ -404,6 +410,22 @@ class BrokerRun(Recorder):
         self._throughput(row_id, results)
         if row_id == "p1k_a1":
             self.ok("rss_load", sampler.peak)
+
+    def transactions(self) -> None:
+        self.attempt(["p1k_txn"], "transactional produce 1 KiB (ProducerPerformance)",
+                     self._transactional_perf)
+
+    def _transactional_perf(self) -> None:
+        count = self.plan.client_records
+        results: list[Throughput] = []
+        for topic in self._topics("p1k-txn"):
+            create_topic(self.bootstrap, topic)
+            results.append(tools.producer_perf(
+                self.bootstrap, topic, count, 1024, BATCHED,
+                options=["--transactional-id", f"{topic}-id",
+                         "--transaction-duration-ms", str(TRANSACTION_MS)]))
+            self.produced[topic] = count
+        self._throughput("p1k_txn", results)
 
     def _rdkafka_produce(self) -> None:
         count = self.plan.client_records

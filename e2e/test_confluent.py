@@ -159,29 +159,3 @@ def test_acks_variants(module_broker):
             break
         time.sleep(0.2)
     assert_records_equal(got, with_offsets(written))
-
-
-def test_transactional_producer_fails_fast_with_the_cause(module_broker):
-    """Until transactions exist, init_transactions gets a fatal error at once (not its
-    timeout) and the broker says why in one log line."""
-    from confluent_kafka import KafkaException, Producer
-
-    transactional_id = unique("ck-txn")
-    producer = Producer({"bootstrap.servers": module_broker.bootstrap,
-                         "transactional.id": transactional_id})
-    started = time.monotonic()
-    with pytest.raises(KafkaException) as raised:
-        producer.init_transactions(30)
-    elapsed = time.monotonic() - started
-    error = raised.value.args[0]
-    assert error.fatal(), error
-    assert "Transactions are not supported" in error.str(), error.str()
-    assert elapsed < 10, f"init_transactions took {elapsed:.1f} s"
-    log = [line for line in module_broker.stderr_path.read_text().splitlines()
-           if transactional_id in line]
-    # One line per request, and librdkafka may ask on its bootstrap connection and on its
-    # connection to node 1 before the fatal error stops it: never twice on one connection.
-    assert 1 <= len(log) <= 2, log
-    assert all("Transactions are not supported" in line for line in log), log
-    peers = [line.split(" at ")[1].split(":")[1] for line in log]
-    assert len(set(peers)) == len(peers), log

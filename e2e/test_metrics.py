@@ -14,9 +14,10 @@ from confluent_kafka import TopicPartition
 from kafka.admin import NewTopic
 from prometheus_client.parser import text_string_to_metric_families
 
-from e2e.conftest import Broker, free_port, moldau_executable
+from e2e.conftest import FAST_FAILOVER, Broker, free_base_port, free_port, moldau_executable
 from e2e.support import (
     ck_consumer,
+    ck_produce_numbered,
     kp_admin,
     kp_create_topic,
     kp_produce,
@@ -98,6 +99,21 @@ def test_produce_counters_log_size_and_requests(broker: Broker) -> None:
     fetched = scrape(broker.http_port)
     assert value(fetched, "kafka_server_brokertopicmetrics_bytesout_total",
                  topic=topic) == segment_bytes
+    # A consumer's fetches count under FetchConsumer as well as Fetch; a lone broker has no
+    # followers.
+    split = fetch_split(fetched)
+    assert split["FetchConsumer"] >= 1
+    assert split == {"Fetch": split["FetchConsumer"], "FetchConsumer": split["FetchConsumer"],
+                     "FetchFollower": 0}
+    assert any(name == "kafka_network_requestmetrics_requests_total"
+               and dict(labels)["request"] == "FetchConsumer" for name, labels in fetched)
+
+
+def fetch_split(samples: dict) -> dict[str, float]:
+    """Fetch requests answered, in all and by who sent them."""
+    return {request: value(samples, "kafka_network_requestmetrics_totaltimems_count",
+                           request=request)
+            for request in ("Fetch", "FetchConsumer", "FetchFollower")}
 
 
 def test_a_deleted_topic_leaves_no_series(broker: Broker) -> None:
@@ -175,6 +191,99 @@ def test_consumer_group_lag_from_the_coordinator(broker: Broker) -> None:
                  topic=topic) == 10 - 7
 
 
+def group_samples(ports: dict[int, int], group: str) -> tuple[int, dict]:
+    """(node id, samples) of the node exporting `group`'s committed offsets: its
+    coordinator."""
+    for node_id, port in ports.items():
+        samples = scrape(port)
+        if any(name == "kafka_consumergroup_current_offset"
+               and dict(labels).get("consumergroup") == group for name, labels in samples):
+            return node_id, samples
+    raise AssertionError(f"no node exports group {group}")
+
+
+def lags(samples: dict, group: str, topic: str) -> dict[int, float]:
+    return {int(dict(labels)["partition"]): lag for (name, labels), lag in samples.items()
+            if name == "kafka_consumergroup_lag"
+            and dict(labels).get("consumergroup") == group
+            and dict(labels).get("topic") == topic}
+
+
+def test_lag_of_partitions_led_by_other_brokers(cluster: LocalCluster) -> None:
+    """The coordinator asks the other leaders for their end offsets: it exports every
+    committed partition's lag; a killed leader's partition goes offline and its lag with it."""
+    check_lag_across_leaders(cluster)
+
+
+def test_lag_of_an_unreachable_leader_is_absent_not_stale(tmp_path: Path) -> None:
+    """A killed leader the controller has not fenced yet stays the partition's leader in the
+    metadata: the coordinator cannot reach it, drops that partition's lag and says so once,
+    without a traceback."""
+    local = LocalCluster(tmp_path / "cluster", brokers=3, base_port=free_base_port(3),
+                         overrides={**FAST_FAILOVER, "broker.session.timeout.ms": 120000})
+    local.start(timeout=60)
+    try:
+        coordinator, victim = check_lag_across_leaders(local)
+        log = local.node(coordinator).log_path.read_text()
+    finally:
+        local.stop(timeout=30)
+    unreachable = [line for line in log.splitlines()
+                   if f"No end offsets from broker {victim} " in line]
+    assert len(unreachable) == 1 and " INFO " in unreachable[0]
+    assert "Traceback" not in log
+
+
+def check_lag_across_leaders(cluster: LocalCluster) -> tuple[int, int]:
+    """Lag of a group's partitions led by three brokers, read from the coordinator, before
+    and after one of the other leaders is killed; returns (coordinator, killed node)."""
+    topic, group = unique("spread"), unique("spread-group")
+    admin = kp_admin(cluster.bootstrap_servers)
+    admin.create_topics([NewTopic(topic, -1, -1,
+                                  replica_assignments={0: [1], 1: [2], 2: [3]})])
+    admin.close()
+    ports = {node.node_id: node.http_port for node in cluster.nodes}
+    ck_produce_numbered(cluster.bootstrap_servers, topic, range(30), 3)  # 10 per partition
+    committed = {0: 2, 1: 5, 2: 7}
+    consumer = ck_consumer(cluster.bootstrap_servers, **{"group.id": group})
+    consumer.commit(offsets=[TopicPartition(topic, p, o) for p, o in committed.items()],
+                    asynchronous=False)
+    consumer.close()
+    ck_produce_numbered(cluster.bootstrap_servers, topic, range(30, 45), 3)  # 15 each now
+    coordinator = group_samples(ports, group)[0]
+    port = ports[coordinator]
+    expected = {p: 15 - offset for p, offset in committed.items()}
+    wait_until(lambda: lags(scrape(port), group, topic) == expected, 60,
+               f"lag of every partition on coordinator {coordinator}")
+    samples = scrape(port)
+    assert value(samples, "kafka_consumergroup_lag_sum", consumergroup=group,
+                 topic=topic) == sum(expected.values())
+    # Each partition's end offset is still exported by its leader alone.
+    everyone = [scrape(p) for p in ports.values()]
+    for partition in committed:
+        reported = [value(s, "kafka_topic_partition_current_offset", topic=topic,
+                          partition=str(partition)) for s in everyone
+                    if ("kafka_topic_partition_current_offset",
+                        frozenset({"topic": topic, "partition": str(partition)}.items())) in s]
+        assert reported == [15]
+
+    # Partition p is led by node p + 1: kill a leader that does not coordinate the group.
+    victim = next(node_id for node_id in ports if node_id != coordinator)
+    gone = victim - 1
+    cluster.kill(victim)
+    alive = [p for p in committed if p != gone]
+    ck_produce_numbered(cluster.bootstrap_servers, topic,
+                        [n for n in range(45, 60) if n % 3 != gone], 3)  # 20 in those
+    expected = {p: 20 - committed[p] for p in alive}
+    wait_until(lambda: lags(scrape(port), group, topic) == expected, 90,
+               f"lag of partition {gone} dropped and the others' updated")
+    samples = scrape(port)
+    assert value(samples, "kafka_consumergroup_current_offset", consumergroup=group,
+                 topic=topic, partition=str(gone)) == committed[gone]
+    assert value(samples, "kafka_consumergroup_lag_sum", consumergroup=group,
+                 topic=topic) == sum(expected.values())
+    return coordinator, victim
+
+
 def test_livez_and_readyz_follow_the_quorum(tmp_path: Path) -> None:
     controller_port = free_port()
     voters = f"1@127.0.0.1:{controller_port}"
@@ -227,6 +336,13 @@ def test_a_failed_broker_shows_as_under_replicated(cluster: LocalCluster) -> Non
     # Followers of the quorum fetch from its leader over the raft channel.
     assert sum(value(samples, "kafka_server_raftchannelmetrics_request_total")
                for samples in everyone) > 0
+    # Replica fetchers' requests count as FetchFollower, and every Fetch as exactly one of
+    # FetchConsumer and FetchFollower.
+    wait_until(lambda: sum(fetch_split(scrape(port))["FetchFollower"]
+                           for port in ports.values()) > 0, 60, "followers' fetches counted")
+    splits = [fetch_split(scrape(port)) for port in ports.values()]
+    assert [split["Fetch"] for split in splits] == [
+        split["FetchConsumer"] + split["FetchFollower"] for split in splits]
     cluster.kill(3)
     survivors = [port for node_id, port in ports.items() if node_id != 3]
 

@@ -1,7 +1,8 @@
 """The partition side of transactions against real brokers and real consumers.
 
 Transactional batches go in with raw Produce requests and are ended with raw WriteTxnMarkers
-(what the transaction coordinator will send); librdkafka, kafka-python and Moldau consumers with
+(what the transaction coordinator sends; see test_transaction_coordinator.py for real
+transactional producers); librdkafka, kafka-python and Moldau consumers with
 isolation.level=read_committed must then see exactly the committed records.
 """
 

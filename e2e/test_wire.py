@@ -333,20 +333,3 @@ def test_fetch_waits_for_data_up_to_max_wait(module_broker):
         assert corr == 102
         assert waited < 3.0, f"the fetch was answered {waited:.2f} s after its start"
         assert b"wake" in reader.data
-
-
-
-def test_init_producer_id_with_a_transactional_id_is_refused_at_once(module_broker):
-    """No transaction coordinator yet: TRANSACTIONAL_ID_AUTHORIZATION_FAILED (fatal for the
-    Java producer and librdkafka), not a retriable error that clients wait out; the
-    broker logs the reason once."""
-    transactional_id = unique("wire-txn")
-    with Conn(module_broker.bootstrap) as conn:
-        error, producer_id, epoch = wire.init_producer_id(conn, 1, transactional_id)
-        assert (error, producer_id, epoch) == (53, -1, -1)
-        # The connection still serves an idempotent producer.
-        error, producer_id, _ = wire.init_producer_id(conn, 2)
-        assert error == wire.NONE and producer_id >= 0
-    log = [line for line in module_broker.stderr_path.read_text().splitlines()
-           if transactional_id in line]
-    assert len(log) == 1 and "InitProducerId" in log[0], log

@@ -44,6 +44,7 @@ INVALID_TIMESTAMP = 32
 UNSUPPORTED_VERSION = 35
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 DUPLICATE_SEQUENCE_NUMBER = 46
+INVALID_TRANSACTION_TIMEOUT = 50
 TRANSACTION_COORDINATOR_FENCED = 52
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 
@@ -735,11 +736,11 @@ def fetch_all_batches(bootstrap: str, topic: str, partition: int = 0) -> list[Ba
 # --------------------------------------------------------------------------- InitProducerId v4
 
 
-def init_producer_id(conn: Conn, correlation_id: int, transactional_id: str | None = None
-                     ) -> tuple[int, int, int]:
+def init_producer_id(conn: Conn, correlation_id: int, transactional_id: str | None = None,
+                     *, timeout_ms: int = 60000) -> tuple[int, int, int]:
     """(error code, producer id, epoch) for an idempotent producer, or a transactional one
     when `transactional_id` is given."""
-    conn.send(init_producer_id_request(correlation_id, transactional_id))
+    conn.send(init_producer_id_request(correlation_id, transactional_id, timeout_ms))
     corr, reader = conn.recv_response(header_v1=True)
     assert corr == correlation_id
     reader.int32()
@@ -805,7 +806,49 @@ def describe_cluster_request(correlation_id: int) -> bytes:
     return request(DESCRIBE_CLUSTER, 0, correlation_id, int8(0) + TAGS, flexible=True)
 
 
-def init_producer_id_request(correlation_id: int, transactional_id: str | None = None
-                             ) -> bytes:
-    body = compact_string(transactional_id) + int32(60000) + int64(-1) + int16(-1) + TAGS
+def init_producer_id_request(correlation_id: int, transactional_id: str | None = None,
+                             timeout_ms: int = 60000) -> bytes:
+    body = compact_string(transactional_id) + int32(timeout_ms) + int64(-1) + int16(-1) + TAGS
     return request(INIT_PRODUCER_ID, 4, correlation_id, body, flexible=True)
+
+
+# --------------------------------------------------------------------------- EndTxn v1 / v3
+
+END_TXN = 26
+INVALID_PRODUCER_EPOCH = 47
+PRODUCER_FENCED = 90
+
+
+def end_txn(conn: Conn, correlation_id: int, version: int, transactional_id: str,
+            producer_id: int, producer_epoch: int, commit: bool) -> int:
+    """EndTxn v1 (classic encoding) or v3 (flexible); the error code."""
+    flexible = version >= 3
+    body = ((compact_string(transactional_id) if flexible else string(transactional_id))
+            + int64(producer_id) + int16(producer_epoch) + int8(int(commit))
+            + (TAGS if flexible else b""))
+    conn.send(request(END_TXN, version, correlation_id, body, flexible=flexible))
+    corr, reader = conn.recv_response(header_v1=flexible)
+    assert corr == correlation_id
+    reader.int32()
+    return reader.int16()
+
+
+# --------------------------------------------------------------------------- FindCoordinator v1
+
+FIND_COORDINATOR = 10
+TRANSACTION_KEY = 1
+
+
+def find_coordinator(conn: Conn, correlation_id: int, key: str, key_type: int
+                     ) -> tuple[int, int, int]:
+    """(error code, node id, port) of the coordinator of a group (0) or transactional id (1)."""
+    conn.send(request(FIND_COORDINATOR, 1, correlation_id, string(key) + int8(key_type),
+                      flexible=False))
+    corr, reader = conn.recv_response(header_v1=False)
+    assert corr == correlation_id
+    reader.int32()
+    error = reader.int16()
+    reader.string()  # error message
+    node_id = reader.int32()
+    reader.string()  # host
+    return error, node_id, reader.int32()

@@ -205,13 +205,12 @@ def cluster_overview() -> dict:
               unit="cps"),
         Panel("How long do requests take (p99)?", [
             Query(f"max by (request) (kafka_network_requestmetrics_totaltimems{{{broker},"
-                  'quantile="0.99",request=~"Produce|Fetch|Metadata|OffsetCommit"})',
-                  "{{request}}")], unit="ms",
+                  'quantile="0.99",request=~"Produce|FetchConsumer|FetchFollower|Metadata|'
+                  'OffsetCommit"})', "{{request}}")], unit="ms",
               thresholds=[("green", None), ("orange", 500), ("red", 1000)],
-              description="Fetch requests include the time they wait for data "
-                          "(fetch.max.wait.ms), and followers' fetches: Moldau labels every "
-                          "fetch request Fetch, without Kafka's FetchConsumer/FetchFollower "
-                          "split."),
+              description="Fetch requests include the time they wait for data: "
+                          "FetchConsumer (consumers) up to fetch.max.wait.ms, FetchFollower "
+                          "(replication) up to replica.fetch.wait.max.ms."),
         Panel("Is each broker's event loop keeping up?", [
             Query(f"max by (instance) (moldau_event_loop_lag_seconds{{{broker}}})",
                   "{{instance}}")], unit="s",
@@ -277,17 +276,10 @@ def topics() -> dict:
                      "Traffic, size and replication of each topic.", variables, panels)
 
 
-def partition_lag(groups: str, partitions: str) -> str:
-    """Each group's lag per partition: the partition's end offset (exported by its leader)
-    minus the group's committed offset (exported by its coordinator). Moldau's
-    kafka_consumergroup_lag covers only the partitions the coordinator also leads, so the
-    dashboards join the two series, which cover every partition, instead."""
-    keys = "namespace, moldau_io_cluster, topic, partition"
-    return (f"max by (consumergroup, topic, partition) (clamp_min("
-            f"max by ({keys}) (kafka_topic_partition_current_offset{{{partitions}}}) "
-            f"- on ({keys}) group_right "
-            f"max by ({keys}, consumergroup) (kafka_consumergroup_current_offset{{{groups}}}), "
-            "0))")
+def partition_lag(groups: str) -> str:
+    """Each group's lag per partition, as its coordinator exports it (once per partition;
+    max keeps it so while a group moves to another coordinator)."""
+    return f"max by (consumergroup, topic, partition) (kafka_consumergroup_lag{{{groups}}})"
 
 
 def consumer_lag() -> dict:
@@ -298,7 +290,7 @@ def consumer_lag() -> dict:
         Variable("topic", "Topic",
                  f'kafka_consumergroup_current_offset{{{SCOPE},consumergroup=~"$consumergroup"}}',
                  "topic")]
-    lag = partition_lag(chosen, f'{SCOPE},topic=~"$topic"')
+    lag = partition_lag(chosen)
     committed_rate = ("max by (consumergroup, topic, partition) "
                       f"(rate(kafka_consumergroup_current_offset{{{chosen}}}{RATE}))")
     lag_thresholds = [("green", None), ("orange", 1000), ("red", 10000)]

@@ -70,14 +70,14 @@ def test_properties_file(tmp_path):
 
 def test_settings_only_kafka_defines_are_kept_as_text_not_applied():
     config = BrokerConfig({"controller.quorum.bootstrap.servers": "localhost:9093",
-                           "transaction.state.log.min.isr": "not a number",
+                           "share.coordinator.state.topic.min.isr": "not a number",
                            "num.partitions": "3"})
     assert config.not_applied == {"controller.quorum.bootstrap.servers": "localhost:9093",
-                                  "transaction.state.log.min.isr": "not a number"}
+                                  "share.coordinator.state.topic.min.isr": "not a number"}
     assert config["num.partitions"] == 3
     # Moldau's own settings keep their validation.
     with pytest.raises(ConfigError, match="num.partitions"):
-        BrokerConfig({"transaction.state.log.min.isr": "2", "num.partitions": "x"})
+        BrokerConfig({"share.coordinator.state.topic.min.isr": "2", "num.partitions": "x"})
 
 
 @pytest.mark.parametrize(("name", "message"), [

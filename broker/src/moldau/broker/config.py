@@ -209,6 +209,23 @@ BROKER_CONFIG = ConfigDef([
               at_least(1)),
     ConfigKey("transactional.id.expiration.ms", T.INT, 604800000, "Transactional id expiry",
               at_least(1)),
+    # The transaction coordinator.
+    ConfigKey("transaction.state.log.num.partitions", T.INT, 50, "Partitions of "
+              "__transaction_state", at_least(1)),
+    ConfigKey("transaction.state.log.replication.factor", T.SHORT, 3, "Replication of "
+              "__transaction_state (capped by the brokers available)", at_least(1)),
+    ConfigKey("transaction.state.log.min.isr", T.INT, 2, "min.insync.replicas of "
+              "__transaction_state (capped by its replication factor)", at_least(1)),
+    ConfigKey("transaction.state.log.segment.bytes", T.INT, 104857600, "Segment size of "
+              "__transaction_state", at_least(1)),
+    ConfigKey("transaction.max.timeout.ms", T.INT, 900000, "Largest transaction.timeout.ms "
+              "a producer may ask for", at_least(1)),
+    ConfigKey("transaction.abort.timed.out.transaction.cleanup.interval.ms", T.INT, 10000,
+              "How often transactions past their timeout are looked for and aborted",
+              at_least(1)),
+    ConfigKey("transaction.remove.expired.transaction.cleanup.interval.ms", T.INT, 3600000,
+              "How often transactional ids idle past transactional.id.expiration.ms are "
+              "removed", at_least(1)),
 ])
 
 # Every setting Kafka's broker defines, generated from Kafka itself (`make kafka-config-names`).

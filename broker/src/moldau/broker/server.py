@@ -15,6 +15,14 @@ from moldau.broker.coordinators.group.coordinator import GroupCoordinator, Group
 from moldau.broker.coordinators.group.records import partition_for
 from moldau.broker.coordinators.group.store import OffsetsTopic
 from moldau.broker.coordinators.producer_ids import ProducerIdManager
+from moldau.broker.coordinators.topic import CoordinatorTopic
+from moldau.broker.coordinators.transaction.coordinator import (
+    STATE_WRITE_TIMEOUT_MS,
+    TransactionCoordinator,
+    TxnSettings,
+)
+from moldau.broker.coordinators.transaction.markers import MarkerChannel
+from moldau.broker.coordinators.transaction.records import TRANSACTION_TOPIC
 from moldau.broker.handlers import apis as _apis  # noqa: F401 - registers every handler
 from moldau.broker.handlers.api_versions import unsupported_version_response
 from moldau.broker.handlers.pool import RequestHandlerPool
@@ -200,6 +208,7 @@ class Broker:
         await self.replicas.start()
         self.producer_ids = ProducerIdManager(self.controller_channel, self.node_id)
         await self._start_group_coordinator()
+        await self._start_transaction_coordinator()
         self.handlers.start()
         self._tasks += [asyncio.create_task(self._maintenance_loop(), name="log-maintenance"),
                         asyncio.create_task(self._offset_expiry_loop(), name="offset-expiry")]
@@ -248,7 +257,7 @@ class Broker:
             settings,
             write=lambda group_id, records, producer=None: self.offsets_topic.write(
                 partition_for(group_id, partitions), records, producer),
-            partition_exists=self._partition_exists,
+            partition_exists=self.partition_exists,
             partitions=partitions, read=self.offsets_topic.read)
         # The coordinator of a group is the leader of its __consumer_offsets partition: it
         # loads the partition's groups on becoming leader and drops them on losing it.
@@ -267,7 +276,31 @@ class Broker:
             self.groups.drop_offsets_of_deleted_topics(self._topic_exists)
             self.topic_stats.retain(self._topic_exists)
 
-    def _partition_exists(self, topic: str, partition: int) -> bool:
+    async def _start_transaction_coordinator(self) -> None:
+        config = self.config
+        topic = CoordinatorTopic(
+            TRANSACTION_TOPIC, self.controller_channel, self.replicas,
+            partitions=config["transaction.state.log.num.partitions"],
+            replication_factor=config["transaction.state.log.replication.factor"],
+            segment_bytes=config["transaction.state.log.segment.bytes"],
+            min_isr=config["transaction.state.log.min.isr"],
+            commit_timeout_ms=STATE_WRITE_TIMEOUT_MS)
+        settings = TxnSettings(
+            max_timeout_ms=config["transaction.max.timeout.ms"],
+            abort_interval_ms=config[
+                "transaction.abort.timed.out.transaction.cleanup.interval.ms"],
+            expiration_ms=config["transactional.id.expiration.ms"],
+            expiration_interval_ms=config[
+                "transaction.remove.expired.transaction.cleanup.interval.ms"])
+        self.transactions = TransactionCoordinator(
+            settings, topic, self.producer_ids.next_id,
+            MarkerChannel(self.node_id, self.replicas, self.groups.markers_written))
+        # As for groups: the leader of a __transaction_state partition coordinates its ids.
+        self.replicas.add_leadership_listener(self.transactions.on_leadership_change)
+        await self.transactions.load_partitions(topic.led_partitions())
+        self.transactions.start()
+
+    def partition_exists(self, topic: str, partition: int) -> bool:
         image = self.image.topics.get(topic)
         return image is not None and partition in image.partitions
 
@@ -329,6 +362,8 @@ class Broker:
             self.producer_ids.close()
         if hasattr(self, "groups"):
             self.groups.shutdown()
+        if hasattr(self, "transactions"):
+            self.transactions.shutdown()
         if hasattr(self, "replicas"):
             await self.replicas.stop()
             self.replicas.shutdown()

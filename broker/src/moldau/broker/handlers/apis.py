@@ -15,5 +15,6 @@ from moldau.broker.handlers import (  # noqa: F401
     producer_ids,
     quorum,
     topics,
+    transactions,
     txn_markers,
 )

@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 
 READ_COMMITTED = 1
 UNKNOWN_TOPIC_ID = 100
+# Kafka's RequestMetrics count each Fetch under one of these as well as under Fetch.
+FETCH_CONSUMER = "FetchConsumer"
+FETCH_FOLLOWER = "FetchFollower"
 
 
 def check_leader_epoch(partition: Partition, requested: int) -> None:
@@ -173,6 +176,8 @@ class _FetchPlan:
 @api(1, "Fetch", 4, 17)
 async def handle_fetch(broker: Broker, request: Request) -> Result:
     body = request.body
+    from_follower = replica_id_of(request.header.api_version, body) >= 0
+    request.metric_name = FETCH_FOLLOWER if from_follower else FETCH_CONSUMER
     if request.header.api_version >= 7 and body.session_id != 0:
         return encode_fetch_response(request.header.api_version,
                                      request.header.correlation_id, [],

@@ -6,9 +6,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from moldau.broker.coordinators.group.group import GroupState, JoinResult, SyncResult
-from moldau.broker.coordinators.group.records import OFFSETS_TOPIC, partition_for
+from moldau.broker.coordinators.group.records import partition_for
 from moldau.broker.handlers.registry import Deferred, Result, api, respond
-from moldau.broker.handlers.transactions import TRANSACTIONS_UNSUPPORTED, refuse_transactional_id
 from moldau.broker.network.channel import Request
 from moldau.broker.network.response import Response
 from moldau.errors import ErrorCode, KafkaError
@@ -27,12 +26,13 @@ def client_host(request: Request) -> str:
     return "/" + request.client_address.rsplit(":", 1)[0]
 
 
-def _group_coordinator(broker: Broker, group_id: str, listener: str) -> dict[str, Any]:
-    """The leader of the group's __consumer_offsets partition, which coordinates it (or
-    will, once its groups are loaded: requests meanwhile get COORDINATOR_LOAD_IN_PROGRESS)."""
-    topic = broker.image.topics.get(OFFSETS_TOPIC)
-    record = None if topic is None else \
-        topic.partitions.get(partition_for(group_id, broker.offsets_topic.partitions))
+def _coordinator(broker: Broker, topic_name: str, partition: int, listener: str
+                 ) -> dict[str, Any]:
+    """The leader of the coordinator's partition (of `__consumer_offsets` for a group, of
+    `__transaction_state` for a transactional id), which coordinates the key (or will, once
+    the partition is loaded: requests meanwhile get COORDINATOR_LOAD_IN_PROGRESS)."""
+    topic = broker.image.topics.get(topic_name)
+    record = None if topic is None else topic.partitions.get(partition)
     leader = -1 if record is None else record.leader
     if leader == broker.node_id:
         endpoint = broker.endpoint_for(listener)
@@ -47,6 +47,23 @@ def _group_coordinator(broker: Broker, group_id: str, listener: str) -> dict[str
             "error_message": "The coordinator is not available."}
 
 
+def _group_coordinator(broker: Broker, group_id: str, listener: str) -> dict[str, Any]:
+    topic = broker.offsets_topic
+    return _coordinator(broker, topic.name, partition_for(group_id, topic.partitions), listener)
+
+
+async def _find(broker: Broker, key_type: int, key: str, listener: str) -> dict[str, Any]:
+    if key_type == GROUP_KEY:
+        await broker.offsets_topic.ensure_created()
+        return _group_coordinator(broker, key, listener)
+    if not key:
+        return {"error_code": ErrorCode.invalid_request,
+                "error_message": "The transactional id must not be empty"}
+    topic = broker.transactions.topic
+    await topic.ensure_created()
+    return _coordinator(broker, topic.name, partition_for(key, topic.partitions), listener)
+
+
 @api(10, "FindCoordinator", 0, 6)
 async def handle_find_coordinator(broker: Broker, request: Request) -> Result:
     body = request.body
@@ -56,16 +73,12 @@ async def handle_find_coordinator(broker: Broker, request: Request) -> Result:
     answers: list[dict[str, Any]] = []
     for key in keys:
         answer: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1}
-        if key_type == TRANSACTION_KEY:
-            answer.update(error_code=TRANSACTIONS_UNSUPPORTED, error_message=(
-                refuse_transactional_id(request, "FindCoordinator", key)))
-        elif key_type != GROUP_KEY:
+        if key_type not in (GROUP_KEY, TRANSACTION_KEY):
             answer.update(error_code=ErrorCode.invalid_request,
                           error_message=f"Unknown coordinator key type {key_type}")
         else:
             try:
-                await broker.offsets_topic.ensure_created()
-                answer.update(_group_coordinator(broker, key, request.listener))
+                answer.update(await _find(broker, key_type, key, request.listener))
             except KafkaError as exc:
                 answer.update(error_code=ErrorCode.coordinator_not_available,
                               error_message=exc.message)

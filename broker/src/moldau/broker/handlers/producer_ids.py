@@ -1,14 +1,16 @@
-"""InitProducerId for idempotent producers (transactional ids are refused until the
-transaction coordinator exists: see transactions.py)."""
+"""InitProducerId: a fresh producer id for an idempotent producer, or, with a transactional
+id, the transaction coordinator's producer id and epoch for it (which fences older
+producers of the id)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from moldau.broker.handlers.registry import Result, api, respond
-from moldau.broker.handlers.transactions import TRANSACTIONS_UNSUPPORTED, refuse_transactional_id
+from moldau.broker.handlers.transactions import for_version
 from moldau.broker.network.channel import Request
 from moldau.errors import ErrorCode, KafkaError
+from moldau.protocol.build import millis
 
 if TYPE_CHECKING:
     from moldau.broker.server import Broker
@@ -18,9 +20,13 @@ if TYPE_CHECKING:
 async def handle_init_producer_id(broker: Broker, request: Request) -> Result:
     body = request.body
     if body.transactional_id is not None:
-        refuse_transactional_id(request, "InitProducerId", body.transactional_id)
-        return respond(request, {"error_code": TRANSACTIONS_UNSUPPORTED,
-                                 "producer_id": -1, "producer_epoch": -1})
+        expected = None
+        if request.header.api_version >= 3 and body.producer_id >= 0:
+            expected = (body.producer_id, body.producer_epoch)  # KIP-360
+        error, producer_id, epoch = await broker.transactions.init_producer_id(
+            body.transactional_id, millis(body.transaction_timeout), expected)
+        return respond(request, {"error_code": for_version(request, error),
+                                 "producer_id": producer_id, "producer_epoch": epoch})
     # Without a transactional id, Kafka always hands out a fresh id at epoch 0.
     try:
         producer_id = await broker.producer_ids.next_id()

@@ -1,30 +1,124 @@
-"""Transactional producers, until the transaction coordinator exists.
+"""The transaction coordinator's APIs: AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
+ListTransactions and DescribeTransactions (InitProducerId is in producer_ids.py,
+FindCoordinator in groups.py).
 
-A client that sets `transactional.id` starts with FindCoordinator (key type TRANSACTION) and
-then InitProducerId with its transactional id. Both are refused at once with
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED: it is the one code that the Java producer and
-librdkafka both treat as fatal on both requests, so `initTransactions()` /
-`init_transactions()` fails straight away instead of retrying until its timeout. The other
-transactional APIs (AddPartitionsToTxn, AddOffsetsToTxn, EndTxn) are not
-advertised in ApiVersions, so no client gets as far as sending them.
+Transaction version 1 only: AddPartitionsToTxn up to v3 (v4+ is the brokers' KIP-890
+verification) and EndTxn up to v4 (v5 is transaction version 2); see docs/architecture.md.
 """
 
 from __future__ import annotations
 
-import logging
+from typing import TYPE_CHECKING, Any
 
+from moldau.broker.coordinators.group.records import OFFSETS_TOPIC, partition_for
+from moldau.broker.coordinators.transaction.records import TxnState
+from moldau.broker.handlers.registry import Result, api, respond
 from moldau.broker.network.channel import Request
-from moldau.errors import ErrorCode
+from moldau.errors import ErrorCode, KafkaError
 
-log = logging.getLogger("moldau.broker.transactions")
+if TYPE_CHECKING:
+    from moldau.broker.server import Broker
 
-TRANSACTIONS_UNSUPPORTED = ErrorCode.transactional_id_authorization_failed
+# The first version of each API that knows PRODUCER_FENCED (KIP-588); older ones are told
+# INVALID_PRODUCER_EPOCH, which they take for the same fatal condition.
+PRODUCER_FENCED_SINCE = {22: 4, 24: 2, 25: 2, 26: 2}
+STATES_BY_NAME = {state.display: state for state in TxnState}
 
 
-def refuse_transactional_id(request: Request, api_name: str, transactional_id: str) -> str:
-    """Log why the request is refused, in one line, and return the message for the client."""
-    message = (f"Transactions are not supported by this broker yet (transactional.id "
-               f"'{transactional_id}')")
-    log.warning("Refused %s from client %r at %s: %s", api_name, request.header.client_id,
-                request.client_address, message)
-    return message
+def for_version(request: Request, error: ErrorCode) -> ErrorCode:
+    header = request.header
+    if error is ErrorCode.producer_fenced and \
+            header.api_version < PRODUCER_FENCED_SINCE.get(header.api_key, 0):
+        return ErrorCode.invalid_producer_epoch
+    return error
+
+
+@api(24, "AddPartitionsToTxn", 0, 3)
+async def handle_add_partitions_to_txn(broker: Broker, request: Request) -> Result:
+    body = request.body
+    wanted = {topic.name: set(topic.partitions) for topic in body.v3_and_below_topics}
+    unknown = {(name, index) for name, parts in wanted.items() for index in parts
+               if not broker.partition_exists(name, index)}
+    if unknown:
+        # As Kafka: nothing is added when any partition is unknown.
+        error = ErrorCode.none
+    else:
+        error = for_version(request, await broker.transactions.add_partitions(
+            body.v3_and_below_transactional_id, body.v3_and_below_producer_id,
+            body.v3_and_below_producer_epoch, wanted))
+
+    def outcome(name: str, index: int) -> ErrorCode:
+        if not unknown:
+            return error
+        return ErrorCode.unknown_topic_or_partition if (name, index) in unknown \
+            else ErrorCode.operation_not_attempted
+
+    return respond(request, {"results_by_topic_v3_and_below": [
+        {"name": name, "results_by_partition": [
+            {"partition_index": index, "partition_error_code": outcome(name, index)}
+            for index in sorted(parts)]}
+        for name, parts in wanted.items()]})
+
+
+@api(25, "AddOffsetsToTxn", 0, 3)
+async def handle_add_offsets_to_txn(broker: Broker, request: Request) -> Result:
+    """The group's `__consumer_offsets` partition joins the transaction, so that its
+    markers reach the offsets TxnOffsetCommit writes there."""
+    body = request.body
+    try:
+        await broker.offsets_topic.ensure_created()
+    except KafkaError:
+        return respond(request, {"error_code": ErrorCode.coordinator_not_available})
+    partition = partition_for(body.group_id, broker.offsets_topic.partitions)
+    error = await broker.transactions.add_partitions(
+        body.transactional_id, body.producer_id, body.producer_epoch,
+        {OFFSETS_TOPIC: {partition}})
+    return respond(request, {"error_code": for_version(request, error)})
+
+
+@api(26, "EndTxn", 0, 4)
+async def handle_end_txn(broker: Broker, request: Request) -> Result:
+    body = request.body
+    error = await broker.transactions.end_txn(body.transactional_id, body.producer_id,
+                                              body.producer_epoch, body.committed)
+    return respond(request, {"error_code": for_version(request, error)})
+
+
+@api(66, "ListTransactions", 0, 1)
+async def handle_list_transactions(broker: Broker, request: Request) -> Result:
+    body = request.body
+    unknown = [name for name in body.state_filters if name not in STATES_BY_NAME]
+    states = {STATES_BY_NAME[name] for name in body.state_filters if name in STATES_BY_NAME}
+    if unknown and not states:
+        listed = []  # only states that do not exist were asked for
+    else:
+        listed = broker.transactions.list(
+            states, set(body.producer_id_filters),
+            body.duration_filter if request.header.api_version >= 1 else -1)
+    return respond(request, {
+        "error_code": broker.transactions.listing_error(), "unknown_state_filters": unknown,
+        "transaction_states": [{"transactional_id": meta.transactional_id,
+                                "producer_id": meta.producer_id,
+                                "transaction_state": meta.state.display}
+                               for meta in listed]})
+
+
+@api(65, "DescribeTransactions", 0, 0)
+async def handle_describe_transactions(broker: Broker, request: Request) -> Result:
+    states: list[dict[str, Any]] = []
+    for txn_id in request.body.transactional_ids:
+        error, meta = broker.transactions.describe(txn_id)
+        if meta is None:
+            states.append({"error_code": error, "transactional_id": txn_id,
+                           "transaction_state": "", "transaction_timeout": 0,
+                           "transaction_start_time": -1, "producer_id": -1,
+                           "producer_epoch": -1, "topics": []})
+            continue
+        states.append({"error_code": ErrorCode.none, "transactional_id": txn_id,
+                       "transaction_state": meta.state.display,
+                       "transaction_timeout": meta.timeout_ms,
+                       "transaction_start_time": meta.start_ms,
+                       "producer_id": meta.producer_id, "producer_epoch": meta.producer_epoch,
+                       "topics": [{"topic": topic, "partitions": sorted(parts)}
+                                  for topic, parts in sorted(meta.partitions.items())]})
+    return respond(request, {"transaction_states": states})

@@ -61,11 +61,13 @@ class BrokerCollector:
                           series=(({"topic": name}, value) for name, value in values))
 
     def _requests(self) -> Iterator[Metric]:
-        apis = dict(self.broker.channel.stats.apis)
+        requests = self.broker.channel.stats
+        named = [(APIS[key].name if key in APIS else str(key), stats)
+                 for key, stats in sorted(requests.apis.items())]
+        named += [(name, requests.named[name]) for name in sorted(requests.named)]
         by_version = []
         times = []
-        for key, stats in sorted(apis.items()):
-            name = APIS[key].name if key in APIS else str(key)
+        for name, stats in named:
             by_version += [({"request": name, "version": str(version)}, count)
                            for version, count in sorted(stats.by_version.items())]
             latency = stats.latency

@@ -13,8 +13,9 @@ from prometheus_client.core import Metric
 from prometheus_client.exposition import choose_encoder
 
 from moldau.broker.metrics.broker_collector import BrokerCollector
+from moldau.broker.metrics.end_offsets import RemoteEndOffsets
 from moldau.broker.metrics.health import not_ready_reason
-from moldau.broker.metrics.lag_collector import LagCollector
+from moldau.broker.metrics.lag_collector import LagCollector, committed_partitions
 from moldau.broker.metrics.moldau_collector import MoldauCollector
 from moldau.broker.metrics.quorum_collector import QuorumCollector
 
@@ -32,12 +33,22 @@ class _Collected:
         return iter(self.metrics)
 
 
-def broker_registry(broker: Broker) -> CollectorRegistry:
+def broker_registry(broker: Broker, remote_ends: RemoteEndOffsets) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     ProcessCollector(registry=registry)  # process_open_fds, CPU, memory
-    for collector in (BrokerCollector(broker), LagCollector(broker), MoldauCollector(broker)):
+    for collector in (BrokerCollector(broker), LagCollector(broker, remote_ends),
+                      MoldauCollector(broker)):
         registry.register(collector)
     return registry
+
+
+def remote_end_offsets(broker: Broker) -> RemoteEndOffsets:
+    """End offsets of the partitions this coordinator's groups committed, from their
+    leaders; asked only once the broker has started (before, no group is loaded)."""
+    return RemoteEndOffsets(
+        broker.node_id, image=lambda: broker.image if broker.started else None,
+        wanted=lambda: committed_partitions(broker),
+        endpoint=lambda leader: broker.replicas.leader_endpoint(leader))
 
 
 class HttpEndpoint:
@@ -45,7 +56,8 @@ class HttpEndpoint:
         self.broker = broker
         self.host = host
         self.port = port
-        self.registry = broker_registry(broker)
+        self.remote_ends = remote_end_offsets(broker)
+        self.registry = broker_registry(broker, self.remote_ends)
         self._quorum_registered = False
         app = web.Application()
         app.router.add_get("/metrics", self._metrics)
@@ -64,6 +76,8 @@ class HttpEndpoint:
         await site.start()
         if self.port == 0 and self._runner.addresses:
             self.port = self._runner.addresses[0][1]  # the port the OS chose
+        if self.broker.config.is_broker:
+            self.remote_ends.start()
 
     def quorum_started(self) -> None:
         """The controller and Raft metrics exist from here on."""
@@ -72,6 +86,7 @@ class HttpEndpoint:
             self._quorum_registered = True
 
     async def stop(self) -> None:
+        await self.remote_ends.stop()
         await self._runner.cleanup()
 
     async def _metrics(self, request: web.Request) -> web.Response:

@@ -1,6 +1,7 @@
 """Consumer group offsets and lag under kafka-exporter's names, from the group coordinator:
 each broker exports the groups it coordinates and the partitions it leads, so summing over
-brokers counts everything once and no separate exporter is needed."""
+brokers counts everything once and no separate exporter is needed. The lag of a partition
+led elsewhere uses its leader's end offset as last asked (end_offsets.RemoteEndOffsets)."""
 
 from __future__ import annotations
 
@@ -13,12 +14,14 @@ from prometheus_client.core import Metric
 from moldau.broker.metrics.families import gauge
 
 if TYPE_CHECKING:
+    from moldau.broker.metrics.end_offsets import RemoteEndOffsets
     from moldau.broker.server import Broker
 
 
 class LagCollector:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, remote_ends: RemoteEndOffsets) -> None:
         self.broker = broker
+        self.remote_ends = remote_ends
 
     def collect(self) -> Iterator[Metric]:
         broker = self.broker
@@ -26,7 +29,10 @@ class LagCollector:
             return  # start-up fills the partition table in a thread
         led = {p.key: p for p in broker.replicas.partitions.values() if p.is_leader}
         yield from self._partitions(led)
-        yield from self._groups({key: p.log.high_watermark for key, p in led.items()})
+        # A partition led here may still be in the last remote answer: the local value wins.
+        ends = {**self.remote_ends.offsets,
+                **{key: p.log.high_watermark for key, p in led.items()}}
+        yield from self._groups(ends)
 
     def _partitions(self, led: dict) -> Iterator[Metric]:
         labelled = [({"topic": topic, "partition": str(index)}, p)
@@ -57,7 +63,7 @@ class LagCollector:
                 offset_sums[group_id, topic] += committed.offset
                 end = ends.get((topic, index))
                 if end is None:
-                    continue  # led elsewhere: this broker does not know its end offset
+                    continue  # its leader did not answer the last ListOffsets
                 lag = max(end - committed.offset, 0)
                 lags.append((labels, lag))
                 lag_sums[group_id, topic] += lag
@@ -69,7 +75,15 @@ class LagCollector:
         yield gauge("kafka_consumergroup_lag", "High watermark minus the committed offset",
                     series=lags)
         yield gauge("kafka_consumergroup_lag_sum", "Lag summed over the topic's partitions "
-                    "(those led here)", series=_by_topic(lag_sums))
+                    "whose end offset is known", series=_by_topic(lag_sums))
+
+
+def committed_partitions(broker: Broker) -> Iterator[tuple[str, int]]:
+    """Every partition a group coordinated here has committed an offset for."""
+    if not (broker.started and broker.config.is_broker):
+        return  # the coordinator exists once the broker has started
+    for group in list(broker.groups.groups.values()):
+        yield from list(group.offsets)
 
 
 def _by_topic(sums: collections.Counter[tuple[str, str]]

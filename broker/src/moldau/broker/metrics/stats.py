@@ -100,17 +100,27 @@ class RequestTimes:
 
 class RequestStats:
     """Kafka's RequestMetrics: requests by API and version, and their total time from
-    arrival to response written."""
+    arrival to response written. A request may also count under a second name (`named`),
+    as Kafka counts a Fetch under FetchConsumer or FetchFollower too."""
 
     def __init__(self) -> None:
         self.apis: dict[int, RequestTimes] = {}
+        self.named: dict[str, RequestTimes] = {}
 
-    def record(self, api_key: int, version: int, received_at: float) -> None:
-        times = self.apis.get(api_key)
-        if times is None:
-            times = self.apis[api_key] = RequestTimes()
-        times.latency.record((time.monotonic() - received_at) * 1000)
-        times.by_version[version] += 1
+    def record(self, api_key: int, version: int, received_at: float,
+               also_as: str | None = None) -> None:
+        elapsed_ms = (time.monotonic() - received_at) * 1000
+        _record(self.apis, api_key, version, elapsed_ms)
+        if also_as is not None:
+            _record(self.named, also_as, version, elapsed_ms)
+
+
+def _record(table: dict, key: int | str, version: int, elapsed_ms: float) -> None:
+    times = table.get(key)
+    if times is None:
+        times = table[key] = RequestTimes()
+    times.latency.record(elapsed_ms)
+    times.by_version[version] += 1
 
 
 def quantile(sorted_values: list[float], q: float) -> float:

@@ -26,6 +26,9 @@ class Request:
     connection: Connection
     received_at: float
     response: asyncio.Future[Response | None] = field(repr=False)
+    # A second RequestMetrics name a handler files the request under as well as its API's
+    # (Kafka's FetchConsumer or FetchFollower).
+    metric_name: str | None = None
 
     @property
     def client_address(self) -> str:

@@ -66,7 +66,7 @@ class Connection:
                 if isinstance(decoded, Request):
                     header = decoded.header
                     self.channel.stats.record(header.api_key, header.api_version,
-                                              decoded.received_at)
+                                              decoded.received_at, decoded.metric_name)
         except (MalformedRequest, CloseConnection) as exc:
             log.warning("Closing connection from %s: %s", self.peer, exc)
         except TimeoutError:

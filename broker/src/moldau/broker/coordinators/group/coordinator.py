@@ -12,7 +12,7 @@ This node coordinates the groups of the `__consumer_offsets` partitions it leads
 their groups are loaded (see loading.py).
 
 Offsets committed in a transaction (TxnOffsetCommit) stay pending until the transaction's
-marker is written into the group's partition, which complete_transaction() is told of
+marker is written into the group's partition, which markers_written() is told of
 (see offsets.py).
 """
 
@@ -747,6 +747,14 @@ class GroupCoordinator:
             if group is not None and self.partition_of(group_id) in partitions:
                 group.pending_offsets.end(producer_id, commit, group.offsets)
                 self._open_txns.discard(producer_id, group_id)
+
+    def markers_written(self, producer_id: int, commit: bool,
+                        partitions: Iterable[tuple[str, int]]) -> None:
+        """The producer's COMMIT (or ABORT) marker is written and replicated on these
+        partitions; those of `__consumer_offsets` end its pending offsets."""
+        offsets = [index for topic, index in partitions if topic == OFFSETS_TOPIC]
+        if offsets:
+            self.complete_transaction(producer_id, offsets, commit)
 
     def has_pending_offsets(self, group_id: str, topic: str, partition: int) -> bool:
         """Whether an ongoing transaction holds an offset of the partition for the group

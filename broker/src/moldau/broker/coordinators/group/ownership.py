@@ -82,6 +82,11 @@ class Ownership:
             load.cancelled = True
         self._loading.clear()
 
+    def epoch(self, partition: int) -> int:
+        """The latest leader epoch seen for the partition (-1: none): the coordinator epoch
+        a transaction coordinator stamps on its markers."""
+        return self._epochs.get(partition, -1)
+
     def error(self, partition: int) -> ErrorCode:
         """NONE when this node coordinates the partition's groups now."""
         if partition in self._loaded:

@@ -15,8 +15,9 @@ A record with a null value is a tombstone: the offset or the group was deleted.
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
+
+from moldau.broker.coordinators.record_format import Reader, Writer
 
 OFFSETS_TOPIC = "__consumer_offsets"
 
@@ -39,70 +40,6 @@ def partition_for(group_id: str, partitions: int) -> int:
 def _utf16_units(text: str) -> list[int]:
     raw = text.encode("utf-16-be", "surrogatepass")
     return [int.from_bytes(raw[i:i + 2], "big") for i in range(0, len(raw), 2)]
-
-
-class _Writer:
-    def __init__(self) -> None:
-        self.out = bytearray()
-
-    def i16(self, value: int) -> _Writer:
-        self.out += struct.pack(">h", value)
-        return self
-
-    def i32(self, value: int) -> _Writer:
-        self.out += struct.pack(">i", value)
-        return self
-
-    def i64(self, value: int) -> _Writer:
-        self.out += struct.pack(">q", value)
-        return self
-
-    def string(self, value: str | None) -> _Writer:
-        if value is None:
-            return self.i16(-1)
-        raw = value.encode()
-        self.i16(len(raw))
-        self.out += raw
-        return self
-
-    def bytes_(self, value: bytes) -> _Writer:
-        self.i32(len(value))
-        self.out += value
-        return self
-
-
-class _Reader:
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.pos = 0
-
-    def _take(self, fmt: str) -> int:
-        (value,) = struct.unpack_from(fmt, self.data, self.pos)
-        self.pos += struct.calcsize(fmt)
-        return value
-
-    def i16(self) -> int:
-        return self._take(">h")
-
-    def i32(self) -> int:
-        return self._take(">i")
-
-    def i64(self) -> int:
-        return self._take(">q")
-
-    def string(self) -> str | None:
-        length = self.i16()
-        if length < 0:
-            return None
-        value = self.data[self.pos:self.pos + length].decode()
-        self.pos += length
-        return value
-
-    def bytes_(self) -> bytes:
-        length = self.i32()
-        value = self.data[self.pos:self.pos + max(length, 0)]
-        self.pos += max(length, 0)
-        return bytes(value)
 
 
 @dataclass(frozen=True)
@@ -148,21 +85,21 @@ class GroupValue:
 
 
 def encode_offset_key(key: OffsetKey) -> bytes:
-    return bytes(_Writer().i16(OFFSET_KEY_VERSION).string(key.group).string(key.topic)
+    return bytes(Writer().i16(OFFSET_KEY_VERSION).string(key.group).string(key.topic)
                  .i32(key.partition).out)
 
 
 def encode_group_key(key: GroupKey) -> bytes:
-    return bytes(_Writer().i16(GROUP_KEY_VERSION).string(key.group).out)
+    return bytes(Writer().i16(GROUP_KEY_VERSION).string(key.group).out)
 
 
 def encode_offset_value(value: OffsetValue) -> bytes:
-    return bytes(_Writer().i16(OFFSET_VALUE_VERSION).i64(value.offset).i32(value.leader_epoch)
+    return bytes(Writer().i16(OFFSET_VALUE_VERSION).i64(value.offset).i32(value.leader_epoch)
                  .string(value.metadata).i64(value.commit_timestamp).out)
 
 
 def encode_group_value(value: GroupValue) -> bytes:
-    out = (_Writer().i16(GROUP_VALUE_VERSION).string(value.protocol_type).i32(value.generation)
+    out = (Writer().i16(GROUP_VALUE_VERSION).string(value.protocol_type).i32(value.generation)
            .string(value.protocol).string(value.leader).i64(value.state_timestamp)
            .i32(len(value.members)))
     for member in value.members:
@@ -174,7 +111,7 @@ def encode_group_value(value: GroupValue) -> bytes:
 
 def decode_key(data: bytes) -> OffsetKey | GroupKey | None:
     """The key of a `__consumer_offsets` record; None for key types this broker ignores."""
-    reader = _Reader(data)
+    reader = Reader(data)
     version = reader.i16()
     if version in (0, 1):
         return OffsetKey(reader.string() or "", reader.string() or "", reader.i32())
@@ -184,7 +121,7 @@ def decode_key(data: bytes) -> OffsetKey | GroupKey | None:
 
 
 def decode_offset_value(data: bytes) -> OffsetValue:
-    reader = _Reader(data)
+    reader = Reader(data)
     version = reader.i16()
     offset = reader.i64()
     leader_epoch = reader.i32() if version >= 3 else -1
@@ -194,7 +131,7 @@ def decode_offset_value(data: bytes) -> OffsetValue:
 
 
 def decode_group_value(data: bytes) -> GroupValue:
-    reader = _Reader(data)
+    reader = Reader(data)
     version = reader.i16()
     protocol_type = reader.string() or ""
     generation = reader.i32()

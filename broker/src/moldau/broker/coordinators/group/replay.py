@@ -10,7 +10,6 @@ replay ends (see offsets.py).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import NamedTuple
 
 from moldau.broker.coordinators.group.group import CommittedOffset, Group, GroupState, Member
 from moldau.broker.coordinators.group.records import (
@@ -21,27 +20,9 @@ from moldau.broker.coordinators.group.records import (
     decode_key,
     decode_offset_value,
 )
+from moldau.broker.coordinators.topic import Entry, LogRecord, Record, TxnEnd
 
-Record = tuple[bytes, bytes | None]
-
-
-class LogRecord(NamedTuple):
-    """A keyed record of `__consumer_offsets`, as read back from the log."""
-
-    key: bytes
-    value: bytes | None
-    offset: int = -1
-    producer_id: int = -1  # the producer of a transactional batch; -1 otherwise
-
-
-class TxnEnd(NamedTuple):
-    """A COMMIT or ABORT marker: the producer's transaction ends here."""
-
-    producer_id: int
-    commit: bool
-
-
-Entry = LogRecord | TxnEnd
+__all__ = ["Entry", "LogRecord", "Record", "TxnEnd", "replay"]
 
 # How many records pass between checks whether the load is still wanted.
 CANCEL_CHECK_INTERVAL = 1024

@@ -2,132 +2,22 @@
 
 from __future__ import annotations
 
-import logging
-import time
-from collections.abc import Iterator, Sequence
-from typing import Protocol
-
 from moldau.broker.coordinators.group.records import OFFSETS_TOPIC
-from moldau.broker.coordinators.group.replay import Entry, LogRecord, TxnEnd
-from moldau.broker.coordinators.group.writes import TxnProducer
-from moldau.broker.metadata.controller import CreatedTopic, NewTopic
+from moldau.broker.coordinators.topic import (
+    COMMIT_TIMEOUT_MS,
+    CoordinatorTopic,
+    Record,
+    TopicCreator,
+)
 from moldau.broker.replication.manager import ReplicaManager
-from moldau.errors import ErrorCode, KafkaError
-from moldau.records.batch import NO_SEQUENCE
-from moldau.records.codec import build_batch, decode_records, iter_batches
-from moldau.records.control import read_end_txn_marker
 
-__all__ = ["OFFSETS_TOPIC", "OffsetsTopic"]
-
-log = logging.getLogger("moldau.broker.groups")
-
-READ_CHUNK = 1 << 20
-# Kafka's offsets.commit.timeout.ms: how long a write waits for the in-sync replicas.
-COMMIT_TIMEOUT_MS = 5000
-# The records are built here, so any Produce version's rules hold; this is the newest.
-PRODUCE_VERSION = 12
-
-Record = tuple[bytes, bytes | None]
+__all__ = ["COMMIT_TIMEOUT_MS", "OFFSETS_TOPIC", "OffsetsTopic", "Record"]
 
 
-class TopicCreator(Protocol):
-    """The controller (or the channel to it) as far as creating the topic goes."""
-
-    def live_brokers(self) -> list[int]: ...
-
-    async def create_topics(self, topics: Sequence[NewTopic], *, validate_only: bool
-                            ) -> Sequence[CreatedTopic | KafkaError]: ...
-
-
-class OffsetsTopic:
+class OffsetsTopic(CoordinatorTopic):
     def __init__(self, controller: TopicCreator, replicas: ReplicaManager, *, partitions: int,
                  replication_factor: int, segment_bytes: int,
                  commit_timeout_ms: int = COMMIT_TIMEOUT_MS) -> None:
-        self.controller = controller
-        self.replicas = replicas
-        self.partitions = partitions
-        self.replication_factor = replication_factor
-        self.segment_bytes = segment_bytes
-        self.commit_timeout_ms = commit_timeout_ms
-
-    @property
-    def exists(self) -> bool:
-        return OFFSETS_TOPIC in self.replicas.image.topics
-
-    async def ensure_created(self) -> None:
-        """Create the topic on first use, as Kafka does on the first FindCoordinator."""
-        if self.exists:
-            return
-        factor = min(self.replication_factor, len(self.controller.live_brokers()))
-        topic = NewTopic(OFFSETS_TOPIC, self.partitions, factor, configs={
-            "cleanup.policy": "compact", "segment.bytes": str(self.segment_bytes),
-            "compression.type": "producer"})
-        [result] = await self.controller.create_topics([topic], validate_only=False)
-        if isinstance(result, KafkaError) and \
-                result.code is not ErrorCode.topic_already_exists:
-            raise result
-
-    def led_partitions(self) -> list[tuple[int, int]]:
-        """(partition, leader epoch) of every partition this node leads now."""
-        led = []
-        for partition in range(self.partitions) if self.exists else ():
-            try:
-                led.append((partition, self.replicas.leader(OFFSETS_TOPIC, partition)
-                            .leader_epoch))
-            except KafkaError:
-                continue
-        return led
-
-    async def write(self, partition: int, records: list[Record],
-                    producer: TxnProducer | None = None) -> int:
-        """Append to the partition and wait for the in-sync replicas, as Kafka's
-        coordinator appends with acks=-1; with `producer`, as a batch of its transaction
-        (with no sequence: the coordinator's writes are not deduplicated). Returns the
-        offset of the first record; raises the append's KafkaError."""
-        now = int(time.time() * 1000)
-        rows = [(key, value, [], now) for key, value in records]
-        batch = build_batch(rows) if producer is None else build_batch(
-            rows, producer_id=producer.producer_id, producer_epoch=producer.epoch,
-            base_sequence=NO_SEQUENCE, is_transactional=True)
-        [result] = await self.replicas.append(
-            [(OFFSETS_TOPIC, partition, batch)], acks=-1, produce_version=PRODUCE_VERSION,
-            timeout_ms=self.commit_timeout_ms, internal_topics_allowed=True)
-        if result.error is not ErrorCode.none:
-            raise KafkaError(result.error, result.message)
-        return result.base_offset
-
-    def read(self, partition: int) -> Iterator[Entry]:
-        """Every keyed record and transaction marker of a partition this node leads, in
-        offset order."""
-        partition_log = self.replicas.leader(OFFSETS_TOPIC, partition).log
-        offset = partition_log.log_start_offset
-        end = partition_log.log_end_offset
-        while offset < end:
-            data = partition_log.read_batches(offset, READ_CHUNK, max_offset=end)
-            progressed = False
-            for position, header in iter_batches(data):
-                if header.next_offset <= offset:
-                    continue
-                batch = memoryview(data)[position:position + header.size]
-                if header.is_control:
-                    marker = read_end_txn_marker(batch, header)
-                    if marker is not None:
-                        yield TxnEnd(header.producer_id, not marker.is_abort)
-                else:
-                    producer_id = header.producer_id if header.is_transactional else -1
-                    for record in decode_records(batch):
-                        record_offset = header.base_offset + record.offset_delta
-                        if record.key is not None and record_offset >= offset:
-                            yield LogRecord(record.key, record.value, record_offset,
-                                            producer_id)
-                offset = header.next_offset
-                progressed = True
-            if not progressed:
-                break
-
-    def read_all(self) -> Iterator[Entry]:
-        for partition in range(self.partitions):
-            try:
-                yield from self.read(partition)
-            except KafkaError:
-                continue  # not hosted here
+        super().__init__(OFFSETS_TOPIC, controller, replicas, partitions=partitions,
+                         replication_factor=replication_factor, segment_bytes=segment_bytes,
+                         commit_timeout_ms=commit_timeout_ms)

@@ -14,24 +14,15 @@ import asyncio
 import inspect
 import logging
 from collections.abc import Awaitable
-from dataclasses import dataclass
 from typing import Protocol
 
 from moldau.broker.coordinators.group.write_errors import store_error
+from moldau.broker.coordinators.topic import Record, TxnProducer
 from moldau.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("moldau.broker.groups")
 
-Record = tuple[bytes, bytes | None]
 Written = int | None  # the log offset of the first record written, when known
-
-
-@dataclass(frozen=True)
-class TxnProducer:
-    """The transactional producer whose transaction a write belongs to (TxnOffsetCommit)."""
-
-    producer_id: int
-    epoch: int
 
 
 class Write(Protocol):

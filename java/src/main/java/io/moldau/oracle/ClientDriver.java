@@ -79,6 +79,9 @@ public final class ClientDriver {
                 case "commit":
                     result = driver.commit(step);
                     break;
+                case "transactions":
+                    result = driver.transactions(step);
+                    break;
                 default:
                     throw new IllegalArgumentException("unknown op " + op);
             }
@@ -228,6 +231,56 @@ public final class ClientDriver {
             consumer.commitSync(offsets, Duration.ofSeconds(30));
             result.set("committed",
                     offsets(consumer.committed(new HashSet<>(offsets.keySet()), Duration.ofSeconds(30))));
+        }
+        return result;
+    }
+
+    /**
+     * Transactional producers sharing one transactional id ({@code "producers"} of them),
+     * driven through {@code "actions"} in order: {@code {"producer": n, "do": "init" | "begin" |
+     * "send" | "commit" | "abort", "values": [...]}} ("send" writes the values to partition 0
+     * of {@code "topic"} and flushes). The outcome of each action is "ok" or the simple name of
+     * the exception it threw, so a fenced producer shows as ProducerFencedException.
+     */
+    private ObjectNode transactions(JsonNode step) throws Exception {
+        Map<String, Object> config = settings(step.get("config"));
+        config.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        config.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class);
+        config.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class);
+        config.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, step.get("transactional_id").asText());
+        String topic = step.get("topic").asText();
+        List<KafkaProducer<byte[], byte[]>> producers = new ArrayList<>();
+        ObjectNode result = JSON.createObjectNode();
+        ArrayNode outcomes = result.putArray("outcomes");
+        try {
+            for (int i = 0; i < step.get("producers").asInt(); i++) {
+                producers.add(new KafkaProducer<>(config));
+            }
+            for (JsonNode action : step.get("actions")) {
+                KafkaProducer<byte[], byte[]> producer = producers.get(action.get("producer").asInt());
+                try {
+                    switch (action.get("do").asText()) {
+                        case "init" -> producer.initTransactions();
+                        case "begin" -> producer.beginTransaction();
+                        case "send" -> {
+                            for (JsonNode value : action.get("values")) {
+                                producer.send(new ProducerRecord<>(topic, 0, null, bytes(value)));
+                            }
+                            producer.flush();
+                        }
+                        case "commit" -> producer.commitTransaction();
+                        case "abort" -> producer.abortTransaction();
+                        default -> throw new IllegalArgumentException("unknown action " + action);
+                    }
+                    outcomes.add("ok");
+                } catch (org.apache.kafka.common.KafkaException e) {
+                    outcomes.add(e.getClass().getSimpleName());
+                }
+            }
+        } finally {
+            for (KafkaProducer<byte[], byte[]> producer : producers) {
+                producer.close(Duration.ofSeconds(5));
+            }
         }
         return result;
     }
