@@ -2,9 +2,10 @@
 
 A producer id comes from InitProducerId (no transactional id), the offsets from a raw
 TxnOffsetCommit, and the transaction ends with a raw WriteTxnMarkers sent to the leader of
-the group's `__consumer_offsets` partition, as the transaction coordinator will send it.
+the group's `__consumer_offsets` partition, as the transaction coordinator sends it.
 Until the COMMIT marker the offsets are pending: OffsetFetch returns the last committed
 offset, or UNSTABLE_OFFSET_COMMIT with require_stable; real consumers' committed() agree.
+The last test drives it all from librdkafka's transactional producer instead.
 """
 
 from __future__ import annotations
@@ -199,3 +200,54 @@ def test_pending_offsets_move_with_the_coordinator(cluster: LocalCluster):
     assert txn.end(pending, commit=True) == wire.NONE
     assert txn.fetch(require_stable=True) == (7, wire.NONE)
     txn.conn.close()
+
+
+def test_send_offsets_to_transaction_commits_them_only_with_the_transaction(module_broker):
+    """Consume-transform-produce with librdkafka's transactional producer on one broker: the
+    coordinator writes the markers through its local append path, which must end the offsets
+    pending in the group coordinator. committed() moves on commit, never on abort."""
+    from confluent_kafka import OFFSET_INVALID, TopicPartition
+
+    from e2e.support import ck_produce, make_records
+    from e2e.test_transaction_coordinator import ck_txn_producer, values
+
+    bootstrap = module_broker.bootstrap
+    source, sink, group = unique("ctp-in"), unique("ctp-out"), unique("ctp-group")
+    ck_create_topic(bootstrap, source)
+    ck_create_topic(bootstrap, sink)
+    ck_produce(bootstrap, source, make_records(10))
+    consumer = ck_consumer(bootstrap, **{"group.id": group, "isolation.level": "read_committed"})
+    producer = ck_txn_producer(bootstrap, unique("ctp-txn"))
+    consumer.subscribe([source])
+    consumed: list = []
+    wait_until(lambda: consumed.extend(consumer.consume(10, 1)) or len(consumed) >= 10,
+               TIMEOUT, "the input records")
+    position = [TopicPartition(source, 0, consumed[-1].offset() + 1)]
+
+    def output(message) -> bytes:
+        return b"out-%d" % message.offset()
+
+    def committed() -> int:
+        [found] = consumer.committed([TopicPartition(source, 0)], timeout=15)
+        return found.offset
+
+    def transform(commit: bool) -> None:
+        producer.begin_transaction()
+        for message in consumed:
+            producer.produce(sink, output(message), partition=0)
+        producer.send_offsets_to_transaction(position, consumer.consumer_group_metadata(),
+                                             TIMEOUT)
+        if commit:
+            producer.commit_transaction(TIMEOUT)
+        else:
+            producer.abort_transaction(TIMEOUT)
+
+    try:
+        transform(commit=False)
+        assert committed() == OFFSET_INVALID
+        transform(commit=True)
+        assert committed() == 10
+        assert values(bootstrap, sink, "read_committed") == \
+            [output(message) for message in consumed]
+    finally:
+        consumer.close()
