@@ -105,6 +105,13 @@ fmt: install
 clean:
 	rm -rf $(VENV) data build */build */src/*.egg-info uv.lock
 
+## Exactly-once consume-transform-produce under kill -9 over many seeded fault schedules
+## (EOS_SCHEDULES, 20 by default here; the normal suite runs 2). See e2e/test_eos.py.
+EOS_SCHEDULES ?= 20
+.PHONY: eos-soak
+eos-soak: install
+	EOS_SCHEDULES=$(EOS_SCHEDULES) $(BIN)/pytest -q -s e2e/test_eos.py
+
 ## Moldau next to Apache Kafka on this machine, same workloads and load generators (~20 min;
 ## BENCH_ARGS=--quick for a few); writes docs/benchmarks.md. See bench/harness.py.
 .PHONY: bench

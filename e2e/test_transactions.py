@@ -24,6 +24,16 @@ TIMEOUT = 60.0
 RETRIABLE = (14, 15, 19, 7)
 
 
+def fresh_producer_id(conn: wire.Conn) -> int:
+    """A fresh idempotent producer id (retried while the broker is not ready to hand one
+    out, as clients do)."""
+    def granted() -> int | None:
+        error, producer_id, _ = wire.init_producer_id(conn, 1)
+        assert error in (wire.NONE, *RETRIABLE), f"InitProducerId error {error}"
+        return producer_id if error == wire.NONE else None
+    return wait_until(granted, TIMEOUT, "a producer id")
+
+
 class Scenario:
     """plain-0 at 0, P1's c1-c2 at 1-2, P2's a1-a3 at 3-5, plain-1 at 6; P1 commits at 7,
     P2 aborts at 8."""
@@ -32,16 +42,7 @@ class Scenario:
         self.conn = wire.Conn(bootstrap, timeout=30)
         self.topic = topic
         self.acks = acks
-        self.p1, self.p2 = self._producer_id(), self._producer_id()
-
-    def _producer_id(self) -> int:
-        """A fresh idempotent producer id (retried while the broker is not ready to hand
-        one out, as clients do)."""
-        def granted() -> int | None:
-            error, producer_id, _ = wire.init_producer_id(self.conn, 1)
-            assert error in (wire.NONE, *RETRIABLE), f"InitProducerId error {error}"
-            return producer_id if error == wire.NONE else None
-        return wait_until(granted, TIMEOUT, "a producer id")
+        self.p1, self.p2 = fresh_producer_id(self.conn), fresh_producer_id(self.conn)
 
     def produce_all(self) -> None:
         self._produce(wire.record_batch([PLAIN[0]]))

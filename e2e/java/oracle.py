@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from e2e.kafka_dist import DRIVER_MAIN, run_java
+from e2e.kafka_dist import DRIVER_MAIN, kafka_tool, run_java
 from e2e.support import Rec, unique
 
 # Settings both brokers run with (Kafka's defaults otherwise). A test module passes these to
@@ -25,6 +25,15 @@ class Target:
     kind: str  # "moldau" or "kafka"
     bootstrap: str
     log_dir: Path
+
+
+def without_transaction_verification(target: Target) -> None:
+    """Transactions driven by hand have no coordinator to verify their partitions with
+    (KIP-890): Apache Kafka must not ask one. Moldau does not verify yet."""
+    if target.kind == "kafka":
+        kafka_tool("kafka-configs", "--bootstrap-server", target.bootstrap,
+                   "--entity-type", "brokers", "--entity-default", "--alter",
+                   "--add-config", "transaction.partition.verification.enable=false")
 
 
 # --------------------------------------------------------------------------- client driver

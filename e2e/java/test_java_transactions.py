@@ -16,7 +16,13 @@ import struct
 import pytest
 
 from e2e import wire
-from e2e.java.oracle import BROKER_SETTINGS, Checks, rec_from_json, run_driver
+from e2e.java.oracle import (
+    BROKER_SETTINGS,
+    Checks,
+    rec_from_json,
+    run_driver,
+    without_transaction_verification,
+)
 from e2e.kafka_dist import kafka_tool
 from e2e.support import kp_create_topic, unique
 from e2e.test_transactions import COMMITTED, PLAIN, Scenario, txnindex_files
@@ -26,12 +32,7 @@ BROKER_OVERRIDES = BROKER_SETTINGS
 
 
 def test_markers_lso_and_aborted_index_match_kafka(target, tmp_path):
-    if target.kind == "kafka":
-        # Kafka would ask its transaction coordinator whether the partition is in the
-        # transaction (KIP-890); these transactions have none, as on Moldau for now.
-        kafka_tool("kafka-configs", "--bootstrap-server", target.bootstrap,
-                   "--entity-type", "brokers", "--entity-default", "--alter",
-                   "--add-config", "transaction.partition.verification.enable=false")
+    without_transaction_verification(target)
     topic = unique("java-txn")
     kp_create_topic(target.bootstrap, topic)
     run = Scenario(target.bootstrap, topic)

@@ -7,13 +7,14 @@ from __future__ import annotations
 import asyncio
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from moldau.broker.config import BrokerConfig
 from moldau.broker.coordinators.group.coordinator import GroupCoordinator, GroupSettings
 from moldau.broker.coordinators.group.group import JoinResult
 from moldau.broker.coordinators.group.records import OFFSETS_TOPIC, partition_for
+from moldau.broker.coordinators.group.replay import Entry
 from moldau.broker.coordinators.group.store import OffsetsTopic, Record
 from moldau.broker.log.manager import LogManager
 from moldau.broker.metadata.controller import CreatedTopic, NewTopic
@@ -26,6 +27,10 @@ NODE = 1
 OTHER = 2
 PARTITIONS = 3
 SETTINGS = GroupSettings(initial_rebalance_delay_ms=0, min_session_timeout_ms=10)
+
+
+def run(coro, timeout: float = 20):
+    return asyncio.run(asyncio.wait_for(coro, timeout))
 
 
 def group_in(partition: int, prefix: str = "group") -> str:
@@ -46,6 +51,17 @@ async def join(coordinator: GroupCoordinator, group: str, member_id: str = "",
     return await coordinator.join(group, member_id, None, client_id, "/127.0.0.1", session_ms,
                                   session_ms, "consumer", [("range", subscription("t"))],
                                   require_known_member_id=False)
+
+
+async def stable_member(coordinator: GroupCoordinator, group: str, session_ms: int = 10000
+                        ) -> JoinResult:
+    """A member that joined and synced: the group is Stable with it."""
+    joined = await join(coordinator, group, session_ms=session_ms)
+    assert joined.error == 0
+    synced = await coordinator.sync(group, joined.generation, joined.member_id, None,
+                                    "consumer", "range", {joined.member_id: b"assigned"})
+    assert synced.error == 0
+    return joined
 
 
 class NoController:
@@ -80,9 +96,10 @@ class Gate:
 
 
 class OffsetsNode:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, topic_id: uuid.UUID | None = None) -> None:
+        """`topic_id` of a node that used `path` before: the same topic, restarted."""
         self.image = MetadataImage()
-        self.topic_id = uuid.uuid4()
+        self.topic_id = topic_id or uuid.uuid4()
         self.offset = 0
         self._apply(TopicRecord(OFFSETS_TOPIC, self.topic_id))
         for partition in range(PARTITIONS):
@@ -118,12 +135,13 @@ class OffsetsNode:
         gate = self.gates[partition] = Gate()
         return gate
 
-    def coordinator(self) -> GroupCoordinator:
+    def coordinator(self, read: Callable[[int], Iterable[Entry]] | None = None
+                    ) -> GroupCoordinator:
         return GroupCoordinator(
             SETTINGS,
-            lambda group_id, records: self.topic.write(partition_for(group_id, PARTITIONS),
-                                                       records),
-            lambda _topic, _partition: True, partitions=PARTITIONS, read=self.read)
+            lambda group_id, records, producer=None: self.topic.write(
+                partition_for(group_id, PARTITIONS), records, producer),
+            lambda _topic, _partition: True, partitions=PARTITIONS, read=read or self.read)
 
     def close(self) -> None:
         self.replicas.shutdown()

@@ -20,6 +20,7 @@ from moldau.broker.coordinators.group.coordinator import (
 )
 from moldau.broker.coordinators.group.group import GroupState
 from moldau.broker.coordinators.group.records import partition_for
+from moldau.broker.coordinators.group.replay import LogRecord
 from moldau.errors import ErrorCode
 
 NONE = ErrorCode.none.value
@@ -570,7 +571,7 @@ def test_group_loaded_over_capacity_shrinks_to_max_size():
 
     members = run(fill())
     small = Harness(max_size=2)
-    small.coordinator.load([(key, value) for _, key, value in big.log])
+    small.coordinator.load([LogRecord(key, value) for _, key, value in big.log])
 
     async def reload():
         small.coordinator.start_timers()
@@ -681,7 +682,7 @@ def test_load_restores_groups_and_offsets():
 
     a, b = run(build())
     original = h.group("live")
-    records = [(key, value) for _, key, value in h.log]
+    records = [LogRecord(key, value) for _, key, value in h.log]
 
     def check(loaded: Harness) -> None:
         assert set(loaded.coordinator.groups) == {"live", "simple"}
@@ -705,7 +706,7 @@ def test_load_restores_groups_and_offsets():
     loaded.coordinator.load(records)
     check(loaded)
     # What log compaction leaves (the last record of each key, in log order) loads the same.
-    last: dict[bytes, int] = {key: i for i, (key, _) in enumerate(records)}
+    last: dict[bytes, int] = {key: i for i, (key, *_) in enumerate(records)}
     compacted = Harness()
     compacted.coordinator.load([records[i] for i in sorted(last.values())])
     check(compacted)

@@ -7,8 +7,7 @@ from __future__ import annotations
 import asyncio
 import types
 
-import pytest
-from offsets_node import OTHER, PARTITIONS, OffsetsNode, group_in, join
+from offsets_node import OTHER, PARTITIONS, OffsetsNode, group_in, join, run, stable_member
 
 from moldau.broker.coordinators.group.coordinator import OffsetCommit
 from moldau.broker.coordinators.group.group import GroupState
@@ -20,28 +19,8 @@ NOT_COORDINATOR = ErrorCode.not_coordinator
 LOADING = ErrorCode.coordinator_load_in_progress
 
 
-def run(coro, timeout: float = 20):
-    return asyncio.run(asyncio.wait_for(coro, timeout))
-
-
-@pytest.fixture
-def node(tmp_path):
-    node = OffsetsNode(tmp_path)
-    yield node
-    node.close()
-
-
 def commits(offset: int) -> list[OffsetCommit]:
     return [OffsetCommit("t", 0, offset, 3, "m"), OffsetCommit("t", 1, offset + 1, 3, "")]
-
-
-async def stable_member(coordinator, group: str, session_ms: int = 10000):
-    joined = await join(coordinator, group, session_ms=session_ms)
-    assert joined.error == NONE.value
-    synced = await coordinator.sync(group, joined.generation, joined.member_id, None,
-                                    "consumer", "range", {joined.member_id: b"assigned"})
-    assert synced.error == NONE.value
-    return joined
 
 
 async def fill(node: OffsetsNode) -> tuple[str, str, str]:

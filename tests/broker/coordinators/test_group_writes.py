@@ -8,20 +8,17 @@ import asyncio
 from collections.abc import Sequence
 
 import pytest
-from offsets_node import SETTINGS, OffsetsNode, join
+from offsets_node import SETTINGS, OffsetsNode, join, run
 
 from moldau.broker.coordinators.group.coordinator import GroupCoordinator, OffsetCommit
 from moldau.broker.coordinators.group.group import GroupState
+from moldau.broker.coordinators.group.replay import LogRecord
 from moldau.broker.coordinators.group.store import COMMIT_TIMEOUT_MS, OffsetsTopic
 from moldau.broker.coordinators.group.write_errors import store_error
 from moldau.broker.replication.manager import ProduceResult
 from moldau.errors import ErrorCode, KafkaError
 
 E = ErrorCode
-
-
-def run(coro, timeout: float = 20):
-    return asyncio.run(asyncio.wait_for(coro, timeout))
 
 
 @pytest.mark.parametrize("code, for_offsets, for_group", [
@@ -259,9 +256,11 @@ def test_offsets_topic_appends_with_acks_all_when_the_replica_manager_can():
 def test_offsets_topic_writes_through_the_replica_manager(tmp_path):
     node = OffsetsNode(tmp_path)
     try:
-        run(node.topic.write(1, [(b"k1", b"v1"), (b"k2", None)]))
-        assert list(node.topic.read(1)) == [(b"k1", b"v1"), (b"k2", None)]
+        assert run(node.topic.write(1, [(b"k1", b"v1"), (b"k2", None)])) == 0
+        assert run(node.topic.write(1, [(b"k3", b"v3")])) == 2
+        assert list(node.topic.read(1)) == [LogRecord(b"k1", b"v1", 0), LogRecord(b"k2", None, 1),
+                                            LogRecord(b"k3", b"v3", 2)]
         log = node.replicas.leader("__consumer_offsets", 1).log
-        assert log.high_watermark == log.log_end_offset == 2
+        assert log.high_watermark == log.log_end_offset == 3
     finally:
         node.close()

@@ -110,6 +110,19 @@ def test_commit_and_abort_write_markers_then_complete(node):
     run(scenario())
 
 
+def test_markers_appended_here_are_reported_once_replicated(node):
+    async def scenario():
+        coordinator = await node.coordinator()
+        _, pid, epoch = await coordinator.init_producer_id(TXN, 60000, None)
+        assert await coordinator.add_partitions(TXN, pid, epoch, {DATA: {0, 1}}) == NONE
+        assert await coordinator.end_txn(TXN, pid, epoch, False) == NONE
+        await settle(coordinator, TXN, TxnState.COMPLETE_ABORT)
+        # The group coordinator hears of these (and ends pending offsets) from here.
+        assert node.written == [(pid, False, [(DATA, 0), (DATA, 1)])]
+        coordinator.shutdown()
+    run(scenario())
+
+
 def test_a_loaded_prepared_transaction_is_completed(node):
     async def scenario():
         # PrepareCommit written by a coordinator that died before the markers went out.

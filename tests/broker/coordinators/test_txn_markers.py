@@ -70,7 +70,7 @@ def test_concurrent_transactions_share_one_connection_to_a_leader():
                                        leader_epoch=0))
         replicas = SimpleNamespace(image=image,
                                    leader_endpoint=lambda _broker: ("127.0.0.1", port))
-        channel = MarkerChannel(THIS, replicas)  # type: ignore[arg-type]
+        channel = MarkerChannel(THIS, replicas, lambda *_: None)  # type: ignore[arg-type]
         count = MAX_IN_FLIGHT * 3
         done = await asyncio.gather(*(
             channel.write(Marker(producer_id, 0, 0, True, (("data", 0),)), lambda: True)

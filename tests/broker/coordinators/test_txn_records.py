@@ -8,6 +8,7 @@ import struct
 import pytest
 
 from moldau.broker.coordinators.group.records import partition_for
+from moldau.broker.coordinators.topic import LogRecord
 from moldau.broker.coordinators.transaction.metadata import (
     IllegalTransition,
     TxnMetadata,
@@ -69,10 +70,10 @@ def test_transactional_id_partition_is_javas_string_hash() -> None:
 def test_replay_keeps_the_last_value_and_honours_tombstones() -> None:
     first = TxnValue(1, 0, 1000, TxnState.EMPTY, {}, 10, -1)
     later = TxnValue(1, 1, 1000, TxnState.ONGOING, {"t": (0,)}, 20, 15)
-    loaded = replay([(encode_key("a"), encode_value(first)),
-                     (encode_key("b"), encode_value(first)),
-                     (encode_key("a"), encode_value(later)),
-                     (encode_key("b"), None)])
+    loaded = replay([LogRecord(encode_key("a"), encode_value(first)),
+                     LogRecord(encode_key("b"), encode_value(first)),
+                     LogRecord(encode_key("a"), encode_value(later)),
+                     LogRecord(encode_key("b"), None)])
     assert list(loaded) == ["a"]
     meta = loaded["a"]
     assert (meta.producer_epoch, meta.state, meta.partitions, meta.start_ms) == \

@@ -53,6 +53,8 @@ class TxnNode:
                                       self.replicas, partitions=STATE_PARTITIONS,
                                       replication_factor=1, segment_bytes=1 << 20)
         self.settings = settings or TxnSettings()
+        # What the marker path reports as written: (producer id, commit, partitions).
+        self.written: list[tuple[int, bool, list[tuple[str, int]]]] = []
         self._ids = itertools.count(1000)
 
     def _apply(self, record: PartitionRecord | TopicRecord) -> None:
@@ -65,9 +67,14 @@ class TxnNode:
     async def coordinator(self) -> TransactionCoordinator:
         """A coordinator that has loaded every partition (as at start-up)."""
         coordinator = TransactionCoordinator(self.settings, self.topic, self.next_producer_id,
-                                             MarkerChannel(NODE, self.replicas))
+                                             MarkerChannel(NODE, self.replicas,
+                                                           self._written))
         await coordinator.load_partitions(self.topic.led_partitions())
         return coordinator
+
+    def _written(self, producer_id: int, commit: bool,
+                 partitions: list[tuple[str, int]]) -> None:
+        self.written.append((producer_id, commit, sorted(partitions)))
 
     def markers(self, partition: int) -> list[tuple[int, int, bool]]:
         """(producer id, epoch, is commit) of each transaction marker on a data partition."""

@@ -296,3 +296,20 @@ def test_a_fetch_lists_only_the_aborted_transactions_from_its_offset_on(tmp_path
                       3: [AbortedTxn(P2, 0, 3, 4), AbortedTxn(P1, 4, 6, 7)],
                       4: [AbortedTxn(P1, 4, 6, 7)], 7: []}
     plog.close()
+
+
+def test_active_producers_for_describe_producers(tmp_path):
+    """What DescribeProducers reports: epoch, last sequence and timestamp, the coordinator
+    epoch of the last marker, and the start of the ongoing transaction (-1 when none)."""
+    plog = open_log(tmp_path / "orders-0")
+    assert plog.active_producers() == []
+    produce(plog, txn_batch(P1, 0, 2))
+    produce(plog, txn_batch(P2, 0, 3, epoch=1))
+    end_txn(plog, P1, commit=True, coordinator_epoch=7)
+    produce(plog, make_batch(1))  # no producer id: not a producer to describe
+    active = {p.producer_id: p for p in plog.active_producers()}
+    assert {pid: (p.epoch, p.last_sequence, p.coordinator_epoch, p.txn_start_offset)
+            for pid, p in active.items()} == {P1: (0, 1, 7, -1), P2: (1, 2, -1, 2)}
+    assert active[P1].last_timestamp == 5_000  # the marker's
+    assert active[P2].last_timestamp == 1_002  # the batch's newest record
+    plog.close()

@@ -230,6 +230,9 @@ def test_control_batch_from_a_client() -> None:
 def test_producer_id_without_sequence() -> None:
     buf = client_batch(2, producer=(5, 0, 0))
     assert refused(set_field(buf, ">i", 53, -1)).code == ErrorCode.invalid_record
+    # The group coordinator's transactional offset commits carry no sequence.
+    [h] = validate_records(buf, DEFAULT, now_ms=NOW, sequenced=False)
+    assert (h.producer_id, h.base_sequence) == (5, -1)
 
 
 # --- records inside the batch ---------------------------------------------------------------

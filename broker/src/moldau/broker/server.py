@@ -263,8 +263,8 @@ class Broker:
             offsets_retention_ms=config["offsets.retention.minutes"] * 60000)
         self.groups = GroupCoordinator(
             settings,
-            write=lambda group_id, records: self.offsets_topic.write(
-                partition_for(group_id, partitions), records),
+            write=lambda group_id, records, producer=None: self.offsets_topic.write(
+                partition_for(group_id, partitions), records, producer),
             partition_exists=self.partition_exists,
             partitions=partitions, read=self.offsets_topic.read)
         # The coordinator of a group is the leader of its __consumer_offsets partition: it
@@ -302,7 +302,7 @@ class Broker:
                 "transaction.remove.expired.transaction.cleanup.interval.ms"])
         self.transactions = TransactionCoordinator(
             settings, topic, self.producer_ids.next_id,
-            MarkerChannel(self.node_id, self.replicas))
+            MarkerChannel(self.node_id, self.replicas, self.groups.markers_written))
         # As for groups: the leader of a __transaction_state partition coordinates its ids.
         self.replicas.add_leadership_listener(self.transactions.on_leadership_change)
         await self.transactions.load_partitions(topic.led_partitions())

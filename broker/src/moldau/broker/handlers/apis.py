@@ -5,6 +5,7 @@ from moldau.broker.handlers import (  # noqa: F401
     client_quotas,
     cluster,
     configs,
+    describe_producers,
     fetch,
     group_offsets,
     groups,

@@ -4,7 +4,8 @@ Inter-broker (KIP-98): for every marker, the leader of each named partition appe
 or ABORT control batch for the producer, and answers once the in-sync replicas have it, as an
 acks=all produce. Errors are per partition, as Kafka reports them: NOT_LEADER_OR_FOLLOWER,
 UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH (older producer epoch),
-TRANSACTION_COORDINATOR_FENCED (older coordinator epoch), REQUEST_TIMED_OUT.
+TRANSACTION_COORDINATOR_FENCED (older coordinator epoch), REQUEST_TIMED_OUT. A marker in
+`__consumer_offsets` also ends the transaction's pending offsets there (see markers.py).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ async def handle_write_txn_markers(broker: Broker, request: Request) -> Result:
                marker.transaction_result,
                tuple((topic.name, index) for topic in marker.topics
                      for index in topic.partition_indexes))
-        for marker in markers])
+        for marker in markers], broker.groups.markers_written)
     out: list[dict[str, Any]] = []
     for marker, marker_errors in zip(markers, errors, strict=True):
         answers = iter(marker_errors)

@@ -49,7 +49,7 @@ from .checkpoint import (
 )
 from .config import LogConfig
 from .leader_epoch import LeaderEpochCache
-from .producer_state import CompletedTxn, ProducerStateManager
+from .producer_state import ActiveProducer, CompletedTxn, ProducerStateManager
 from .segment import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
@@ -1065,6 +1065,11 @@ class PartitionLog:
         self._note_position(leo, active, active.size)
 
     # -- producers and epochs ----------------------------------------------------------------
+
+    def active_producers(self) -> list[ActiveProducer]:
+        """The producers the partition's state holds (appends may run in other threads)."""
+        with self._lock:
+            return self._producers.active()
 
     def expire_producers(self, now_ms: int) -> int:
         with self._lock:

@@ -86,6 +86,17 @@ class ProducerEntry:
         return None
 
 
+class ActiveProducer(NamedTuple):
+    """What DescribeProducers tells of one producer of the partition."""
+
+    producer_id: int
+    epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    txn_start_offset: int  # first offset of its ongoing transaction; -1 when none
+
+
 class CompletedTxn(NamedTuple):
     """A transaction a marker just ended: its first offset and the marker's offset."""
 
@@ -215,6 +226,11 @@ class ProducerStateManager:
             entry.batches.append(BatchMetadata(h.base_sequence, h.last_sequence, h.base_offset,
                                                h.last_offset, h.max_timestamp))
         return None
+
+    def active(self) -> list[ActiveProducer]:
+        return [ActiveProducer(e.producer_id, e.epoch, e.last_seq, e.last_timestamp,
+                               e.coordinator_epoch, e.txn_first_offset)
+                for e in self.producers.values()]
 
     def remove_expired(self, now_ms: int) -> int:
         """Forget producers idle longer than the expiration time with no open transaction."""

@@ -129,7 +129,8 @@ def validate_records(buf: bytearray, config: LogConfig, *, now_ms: int,
                      max_decompressed_bytes: int | None = None,
                      produce_version: int | None = None,
                      single_batch: bool = True,
-                     deep: bool = False) -> list[BatchHeader]:
+                     deep: bool = False,
+                     sequenced: bool = True) -> list[BatchHeader]:
     """Validate a Produce request's records for one partition; returns the batch headers.
 
     `max_request_batch_bytes` bounds the whole records section (default: the topic's
@@ -138,6 +139,8 @@ def validate_records(buf: bytearray, config: LogConfig, *, now_ms: int,
     `produce_version` given, zstd below Produce v7 is refused. `single_batch=False` lifts the
     one-batch rule for callers other than the Produce path. `deep` also checks that every
     record's value and headers add up to its length, as Kafka does (about twice the cost).
+    `sequenced=False` accepts a producer id without a sequence: the group coordinator's
+    transactional writes, which Kafka does not check for sequence either.
 
     Raises KafkaError (RecordValidationError for per-record refusals).
     """
@@ -170,7 +173,7 @@ def validate_records(buf: bytearray, config: LogConfig, *, now_ms: int,
 
     result: list[BatchHeader] = []
     for (pos, size), header in zip(spans, headers, strict=True):
-        _check_batch(header)
+        _check_batch(header, sequenced)
         max_timestamp = _check_records(buf, pos, size, header, config, now_ms, cap, deep)
         result.append(_stamp(buf, pos, size, header, config, now_ms, max_timestamp))
     return result
@@ -222,7 +225,7 @@ def _frame(buf: bytearray, produce_version: int | None) -> list[tuple[int, int]]
     return spans
 
 
-def _check_batch(header: BatchHeader) -> None:
+def _check_batch(header: BatchHeader, sequenced: bool = True) -> None:
     count_from_offsets = header.last_offset_delta + 1
     if count_from_offsets <= 0:
         raise _invalid(f"Batch has an invalid offset range: last offset delta "
@@ -234,7 +237,7 @@ def _check_batch(header: BatchHeader) -> None:
                        f"a count of {header.record_count}")
     if header.is_control:
         raise _invalid("Clients are not allowed to write control records")
-    if header.producer_id >= 0 and header.base_sequence < 0:
+    if sequenced and header.producer_id >= 0 and header.base_sequence < 0:
         raise _invalid(f"Invalid sequence number {header.base_sequence} in a batch with "
                        f"producer id {header.producer_id}")
 

@@ -139,7 +139,7 @@ class LeaderAppends:
             now = int(time.time() * 1000)
             buf = bytearray(records)
             batches = validate_records(buf, config, now_ms=now,
-                                       produce_version=produce_version)
+                                       produce_version=produce_version, sequenced=not internal)
             info: AppendInfo = partition_log.append_as_leader(
                 buf, batches, leader_epoch=partition.leader_epoch,
                 log_append_time_ms=now if config.log_append_time else None,

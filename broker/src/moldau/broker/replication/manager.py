@@ -374,6 +374,14 @@ class ReplicaManager(LeaderAppends):
     # --- leadership ---------------------------------------------------------------------
 
     def leader(self, topic: str, index: int) -> Partition:
+        partition = self.hosted(topic, index)
+        if not partition.is_leader:
+            raise KafkaError(ErrorCode.not_leader_or_follower,
+                             "This server is not the leader for that topic-partition.")
+        return partition
+
+    def hosted(self, topic: str, index: int) -> Partition:
+        """The partition's replica on this node, leader or follower."""
         partition = self.partitions.get((topic, index))
         if partition is None:
             # As Kafka: a partition the metadata knows is led elsewhere, or not hosted here
@@ -383,9 +391,6 @@ class ReplicaManager(LeaderAppends):
                     if known is not None and index in known.partitions
                     else ErrorCode.unknown_topic_or_partition)
             raise KafkaError(code, "This server does not host this topic-partition.")
-        if not partition.is_leader:
-            raise KafkaError(ErrorCode.not_leader_or_follower,
-                             "This server is not the leader for that topic-partition.")
         return partition
 
     # --- the leader's view of its followers ---------------------------------------------

@@ -10,6 +10,10 @@ waits, so what follows a write checks the group again.
 
 This node coordinates the groups of the `__consumer_offsets` partitions it leads, once
 their groups are loaded (see loading.py).
+
+Offsets committed in a transaction (TxnOffsetCommit) stay pending until the transaction's
+marker is written into the group's partition, which markers_written() is told of
+(see offsets.py).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from moldau.broker.coordinators.group.group import (
     SyncResult,
 )
 from moldau.broker.coordinators.group.loading import PartitionLoader
+from moldau.broker.coordinators.group.offsets import OpenTransactions, keep_latest
 from moldau.broker.coordinators.group.records import (
     OFFSETS_TOPIC,
     GroupKey,
@@ -43,8 +48,8 @@ from moldau.broker.coordinators.group.records import (
     encode_offset_value,
     partition_for,
 )
-from moldau.broker.coordinators.group.replay import Record, replay
-from moldau.broker.coordinators.group.writes import GroupWriter, Write
+from moldau.broker.coordinators.group.replay import Entry, Record, replay
+from moldau.broker.coordinators.group.writes import GroupWriter, TxnProducer, Write
 from moldau.errors import ErrorCode
 
 log = logging.getLogger("moldau.broker.groups")
@@ -82,8 +87,8 @@ class GroupCoordinator:
                  partition_exists: Callable[[str, int], bool],
                  coordinates: Callable[[str], bool] | None = None, *,
                  partitions: int = 1,
-                 read: Callable[[int], Iterable[Record]] | None = None) -> None:
-        """`read` gives a partition's records (called in a thread); with it, this node
+                 read: Callable[[int], Iterable[Entry]] | None = None) -> None:
+        """`read` gives a partition's records and markers (called in a thread); with it, this node
         coordinates only the partitions it was told it leads, once loaded. Without it,
         every group that `coordinates` accepts is this node's, loaded with load()."""
         self.settings = settings
@@ -92,6 +97,10 @@ class GroupCoordinator:
         self._coordinates = coordinates or (lambda _group_id: True)
         self.partitions = partitions
         self.groups: dict[str, Group] = {}
+        self._open_txns = OpenTransactions()
+        # Partition being loaded -> transactions ended there meanwhile (producer id, commit):
+        # the load may have read the log before their markers.
+        self._ended_while_loading: dict[int, list[tuple[int, bool]]] = {}
         self._loader = None if read is None else PartitionLoader(
             read, self._install, self._unload_partition)
 
@@ -145,11 +154,21 @@ class GroupCoordinator:
             await self._loader.wait()
 
     def _install(self, partition: int, groups: dict[str, Group]) -> None:
+        ended = self._ended_while_loading.pop(partition, [])
         self._unload_partition(partition)  # nothing should be there; never keep two copies
-        self.groups.update(groups)
+        self._add_groups(groups)
+        for producer_id, commit in ended:
+            self.complete_transaction(producer_id, [partition], commit)
         self._activate(groups.values())
 
+    def _add_groups(self, groups: dict[str, Group]) -> None:
+        self.groups.update(groups)
+        for group_id, group in groups.items():
+            for producer_id in group.pending_offsets.producers():
+                self._open_txns.add(producer_id, group_id)
+
     def _unload_partition(self, partition: int) -> int:
+        self._ended_while_loading.pop(partition, None)
         unloading = [group for group_id, group in self.groups.items()
                      if self.partition_of(group_id) == partition]
         for group in unloading:
@@ -161,13 +180,18 @@ class GroupCoordinator:
         coordinator; the group is Dead here."""
         group.shut_out(JoinResult(ErrorCode.not_coordinator.value, ""),
                        SyncResult(ErrorCode.not_coordinator.value), _now_ms())
+        self._forget(group)
+
+    def _forget(self, group: Group) -> None:
         del self.groups[group.group_id]
+        for producer_id in group.pending_offsets.producers():
+            self._open_txns.discard(producer_id, group.group_id)
 
     # --- loading without per-partition leadership ------------------------------------------
 
-    def load(self, records: Iterable[Record]) -> None:
+    def load(self, records: Iterable[Entry]) -> None:
         """Rebuild groups and offsets from `__consumer_offsets` records, in log order."""
-        self.groups.update(replay(records))
+        self._add_groups(replay(records))
         log.info("Loaded %d group(s) from __consumer_offsets", len(self.groups))
 
     def start_timers(self) -> None:
@@ -613,7 +637,9 @@ class GroupCoordinator:
     # --- persistence ---------------------------------------------------------------------
 
     async def _persist_group(self, group: Group) -> ErrorCode:
-        return await self._writer.store(group.group_id, self._group_records(group), offsets=False)
+        error, _ = await self._writer.store(group.group_id, self._group_records(group),
+                                            offsets=False)
+        return error
 
     @staticmethod
     def _group_records(group: Group) -> list[Record]:
@@ -629,39 +655,24 @@ class GroupCoordinator:
     # --- offsets -------------------------------------------------------------------------
 
     async def commit(self, group_id: str, generation: int, member_id: str,
-                     instance_id: str | None, commits: Sequence[OffsetCommit]
-                     ) -> list[ErrorCode]:
+                     instance_id: str | None, commits: Sequence[OffsetCommit], *,
+                     producer: TxnProducer | None = None) -> list[ErrorCode]:
+        """OffsetCommit; with `producer`, TxnOffsetCommit: the offsets are written in the
+        producer's transaction and stay pending until it ends."""
         if not group_id:
             return [ErrorCode.invalid_group_id for _ in commits]
         owner_error = self.group_error(group_id)
         if owner_error is not ErrorCode.none:
             return [owner_error for _ in commits]
-        group = self.groups.get(group_id)
-        error: ErrorCode | None = None
-        if group is None:
-            if generation >= 0:
-                error = ErrorCode.illegal_generation
-            else:
-                group = self.groups[group_id] = Group(group_id, state_timestamp=_now_ms())
-        elif group.is_(Dead):
-            error = ErrorCode.coordinator_not_available
-        elif generation < 0 and group.is_(Empty):
-            pass  # a group that only stores offsets (manual assignment)
-        else:
-            error = self._check_member(group, member_id, instance_id)
-            if error is None and generation != group.generation:
-                error = ErrorCode.illegal_generation
-            if error is None and group.is_(Completing):
-                error = ErrorCode.rebalance_in_progress
-            if error is None:
-                self._schedule_expiry(group, group.members[member_id])
+        group, error = self._committing_group(group_id, generation, member_id, instance_id,
+                                              transactional=producer is not None)
         if error is not None:
             return [error for _ in commits]
         assert group is not None
         now = _now_ms()
         results: list[ErrorCode] = []
         records: list[Record] = []
-        accepted: list[tuple[OffsetCommit, CommittedOffset]] = []
+        accepted: list[tuple[tuple[str, int], CommittedOffset]] = []
         for commit in commits:
             metadata = commit.metadata or ""
             if len(metadata.encode()) > self.settings.offset_metadata_max_bytes:
@@ -675,15 +686,81 @@ class GroupCoordinator:
                                 encode_offset_value(OffsetValue(stored.offset,
                                                                 stored.leader_epoch,
                                                                 metadata, now))))
-                accepted.append((commit, stored))
+                accepted.append(((commit.topic, commit.partition), stored))
                 results.append(ErrorCode.none)
         if records:
-            error = await self._writer.store(group_id, records, offsets=True)
+            error, first_offset = await self._writer.store(group_id, records, offsets=True,
+                                                           producer=producer)
             if error is not ErrorCode.none:
                 return [error if result is ErrorCode.none else result for result in results]
-            for commit, stored in accepted:
-                group.offsets[(commit.topic, commit.partition)] = stored
+            for index, (key, stored) in enumerate(accepted):
+                stored.record_offset = first_offset + index if first_offset >= 0 else -1
+                if producer is None:
+                    keep_latest(group.offsets, key, stored)
+                elif self.groups.get(group_id) is group:  # not unloaded meanwhile
+                    group.pending_offsets.add(producer.producer_id, key, stored)
+                    self._open_txns.add(producer.producer_id, group_id)
         return results
+
+    def _committing_group(self, group_id: str, generation: int, member_id: str,
+                          instance_id: str | None, transactional: bool
+                          ) -> tuple[Group | None, ErrorCode | None]:
+        """The group a commit goes to (created for a commit outside group management), or
+        the error that refuses it: Kafka's validateOffsetCommit."""
+        group = self.groups.get(group_id)
+        if group is None:
+            if generation >= 0:
+                return None, ErrorCode.illegal_generation
+            group = self.groups[group_id] = Group(group_id, state_timestamp=_now_ms())
+            return group, None
+        if group.is_(Dead):
+            return group, ErrorCode.coordinator_not_available
+        if generation < 0 and group.is_(Empty):
+            return group, None  # a group that only stores offsets (manual assignment)
+        if transactional and generation < 0 and not member_id and instance_id is None:
+            return group, None  # TxnOffsetCommit before v3 names no member
+        error = self._check_member(group, member_id, instance_id)
+        if error is None and generation != group.generation:
+            error = ErrorCode.illegal_generation
+        if error is None and not transactional:
+            # A transactional commit does not count as a sign of life, nor does it care
+            # whether the assignment is being handed out.
+            if group.is_(Completing):
+                error = ErrorCode.rebalance_in_progress
+            else:
+                self._schedule_expiry(group, group.members[member_id])
+        return group, error
+
+    def complete_transaction(self, producer_id: int, partitions: Iterable[int],
+                             commit: bool) -> None:
+        """A COMMIT (or ABORT) marker of `producer_id` was written into these
+        `__consumer_offsets` partitions: its pending offsets there are committed (dropped)."""
+        partitions = set(partitions)
+        if self._loader is not None:
+            for partition in partitions:
+                if self._loader.ownership.error(partition) is \
+                        ErrorCode.coordinator_load_in_progress:
+                    self._ended_while_loading.setdefault(partition, []).append(
+                        (producer_id, commit))
+        for group_id in self._open_txns.groups(producer_id):
+            group = self.groups.get(group_id)
+            if group is not None and self.partition_of(group_id) in partitions:
+                group.pending_offsets.end(producer_id, commit, group.offsets)
+                self._open_txns.discard(producer_id, group_id)
+
+    def markers_written(self, producer_id: int, commit: bool,
+                        partitions: Iterable[tuple[str, int]]) -> None:
+        """The producer's COMMIT (or ABORT) marker is written and replicated on these
+        partitions; those of `__consumer_offsets` end its pending offsets."""
+        offsets = [index for topic, index in partitions if topic == OFFSETS_TOPIC]
+        if offsets:
+            self.complete_transaction(producer_id, offsets, commit)
+
+    def has_pending_offsets(self, group_id: str, topic: str, partition: int) -> bool:
+        """Whether an ongoing transaction holds an offset of the partition for the group
+        (OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT then)."""
+        group = self.groups.get(group_id)
+        return group is not None and group.pending_offsets.has((topic, partition))
 
     def fetch_offsets(self, group_id: str, wanted: Sequence[tuple[str, Sequence[int]]] | None
                       ) -> dict[tuple[str, int], CommittedOffset | None]:
@@ -711,7 +788,7 @@ class GroupCoordinator:
             if topic in subscribed:
                 results.append(ErrorCode.group_subscribed_to_topic)
                 continue
-            if group.offsets.pop((topic, partition), None) is not None:
+            if self._drop_offset(group, (topic, partition)):
                 records.append((encode_offset_key(OffsetKey(group_id, topic, partition)), None))
             results.append(ErrorCode.none)
         if records:
@@ -723,11 +800,11 @@ class GroupCoordinator:
         deleted (otherwise tools describing the group fail on the missing topic)."""
         dropped = 0
         for group in list(self.groups.values()):
-            gone = [key for key in group.offsets if not exists(key[0])]
+            gone = [key for key in self._all_offsets(group) if not exists(key[0])]
             if not gone:
                 continue
             for key in gone:
-                del group.offsets[key]
+                self._drop_offset(group, key)
             self._writer.store_later(group.group_id, [
                 (encode_offset_key(OffsetKey(group.group_id, topic, partition)), None)
                 for topic, partition in gone])
@@ -758,12 +835,26 @@ class GroupCoordinator:
     def _delete_group(self, group: Group) -> None:
         records: list[Record] = [
             (encode_offset_key(OffsetKey(group.group_id, topic, partition)), None)
-            for topic, partition in group.offsets]
+            for topic, partition in self._all_offsets(group)]
         records.append((encode_group_key(GroupKey(group.group_id)), None))
         self._writer.store_later(group.group_id, records)
         group.transition(Dead, _now_ms())
-        del self.groups[group.group_id]
+        self._forget(group)
         log.info("Deleted group %s", group.group_id)
+
+    @staticmethod
+    def _all_offsets(group: Group) -> set[tuple[str, int]]:
+        """Partitions with a committed or a pending offset: what tombstones must cover."""
+        return set(group.offsets) | group.pending_offsets.partitions()
+
+    @staticmethod
+    def _drop_offset(group: Group, key: tuple[str, int]) -> bool:
+        """Forget the partition's offset, pending ones too (as its tombstone will); whether
+        there was one."""
+        had = key in group.offsets or group.pending_offsets.has(key)
+        group.offsets.pop(key, None)
+        group.pending_offsets.discard(key)
+        return had
 
     def expire_offsets(self, now_ms: int | None = None) -> int:
         """Drop offsets of empty groups older than offsets.retention.minutes (KIP-211)."""
@@ -777,14 +868,16 @@ class GroupCoordinator:
             records: list[Record] = []
             for (topic, partition), stored in list(group.offsets.items()):
                 base = expiring(topic, stored)
-                if base is not None and now - base >= retention:
+                # An offset that a transaction is about to replace does not expire yet.
+                if base is not None and now - base >= retention and \
+                        not group.pending_offsets.has((topic, partition)):
                     del group.offsets[(topic, partition)]
                     records.append((encode_offset_key(OffsetKey(group.group_id, topic,
                                                                 partition)), None))
             if records:
                 self._writer.store_later(group.group_id, records)
                 expired += len(records)
-            if not group.offsets and not group.members:
+            if not group.offsets and not group.members and not group.pending_offsets:
                 self._delete_group(group)
         if expired:
             log.info("Expired %d committed offset(s)", expired)

@@ -8,7 +8,10 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
+from moldau.broker.coordinators.group.offsets import CommittedOffset, PendingOffsets
 from moldau.broker.coordinators.group.subscription import topics_of
+
+__all__ = ["CommittedOffset", "Group", "GroupState", "JoinResult", "Member", "SyncResult"]
 
 
 class GroupState(Enum):
@@ -90,14 +93,6 @@ class Member:
 
 
 @dataclass
-class CommittedOffset:
-    offset: int
-    leader_epoch: int
-    metadata: str
-    commit_timestamp: int
-
-
-@dataclass
 class Group:
     group_id: str
     state: GroupState = GroupState.EMPTY
@@ -109,6 +104,7 @@ class Group:
     static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
     pending_members: dict[str, asyncio.TimerHandle] = field(default_factory=dict)
     offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
+    pending_offsets: PendingOffsets = field(default_factory=PendingOffsets)  # transactional
     state_timestamp: int = -1
     join_timer: asyncio.TimerHandle | None = None
     join_deadline: float = 0.0  # loop time at which a pending join completes regardless

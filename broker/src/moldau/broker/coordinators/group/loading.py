@@ -19,7 +19,8 @@ from typing import Any, Generic, TypeVar
 
 from moldau.broker.coordinators.group.ownership import Load, Ownership
 from moldau.broker.coordinators.group.records import OFFSETS_TOPIC
-from moldau.broker.coordinators.group.replay import Record, replay
+from moldau.broker.coordinators.group.replay import replay
+from moldau.broker.coordinators.topic import Entry
 from moldau.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("moldau.broker.groups")
@@ -29,18 +30,18 @@ LEADERSHIP_GONE = frozenset({ErrorCode.not_leader_or_follower,
 
 
 State = TypeVar("State")
-# Rebuilds the state of a partition from its records (log order); stops early, with a
+# Rebuilds the state of a partition from its records and markers (log order); stops early, with a
 # partial result, once the callable says the load is no longer wanted.
-Replay = Callable[[Iterable[Record], Callable[[], bool]], dict[str, State]]
+Replay = Callable[[Iterable[Entry], Callable[[], bool]], dict[str, State]]
 
 
 class PartitionLoader(Generic[State]):
-    def __init__(self, read: Callable[[int], Iterable[Record]],
+    def __init__(self, read: Callable[[int], Iterable[Entry]],
                  install: Callable[[int, dict[str, State]], None],
                  unload: Callable[[int], int], *,
                  replay: Replay[Any] = replay, topic: str = OFFSETS_TOPIC,
                  noun: str = "group(s)", logger: logging.Logger = log) -> None:
-        self._read = read  # a partition's records in log order; called in a thread
+        self._read = read  # a partition's records and markers in log order; in a thread
         self._install = install  # puts loaded state in service (on the loop)
         self._unload = unload  # drops a partition's state; returns how many entries
         self._replay_records = replay

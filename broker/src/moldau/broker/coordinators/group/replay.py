@@ -2,6 +2,9 @@
 
 Replaying runs off the event loop (a partition can hold many records), so it builds new
 Group objects and touches nothing the coordinator shares; the coordinator installs them.
+Offsets written in a transaction stay pending until the transaction's marker: a marker
+later in the log commits or drops them, and without one they are still pending when the
+replay ends (see offsets.py).
 """
 
 from __future__ import annotations
@@ -17,43 +20,61 @@ from moldau.broker.coordinators.group.records import (
     decode_key,
     decode_offset_value,
 )
+from moldau.broker.coordinators.topic import Entry, LogRecord, Record, TxnEnd
 
-Record = tuple[bytes, bytes | None]
+__all__ = ["Entry", "LogRecord", "Record", "TxnEnd", "replay"]
 
 # How many records pass between checks whether the load is still wanted.
 CANCEL_CHECK_INTERVAL = 1024
 
 
-def replay(records: Iterable[Record],
+def replay(entries: Iterable[Entry],
            cancelled: Callable[[], bool] = lambda: False) -> dict[str, Group]:
-    """The groups that `records` (in log order) leave behind. Stops early, with a partial
+    """The groups that `entries` (in log order) leave behind. Stops early, with a partial
     result, once `cancelled()` says the result will not be used."""
     groups: dict[str, Group] = {}
     metadata: dict[str, GroupValue | None] = {}
-    for count, (key_bytes, value) in enumerate(records):
+    open_txns: dict[int, set[str]] = {}  # producer id -> groups with its pending offsets
+    for count, entry in enumerate(entries):
         if count % CANCEL_CHECK_INTERVAL == 0 and cancelled():
             break
-        key = decode_key(key_bytes)
+        if isinstance(entry, TxnEnd):
+            for group_id in open_txns.pop(entry.producer_id, ()):
+                group = groups[group_id]
+                group.pending_offsets.end(entry.producer_id, entry.commit, group.offsets)
+            continue
+        key = decode_key(entry.key)
         if isinstance(key, OffsetKey):
             group = groups.setdefault(key.group, Group(key.group))
-            if value is None:
-                group.offsets.pop((key.topic, key.partition), None)
-            else:
-                stored = decode_offset_value(value)
-                group.offsets[(key.topic, key.partition)] = CommittedOffset(
-                    stored.offset, stored.leader_epoch, stored.metadata,
-                    stored.commit_timestamp)
+            _replay_offset(group, (key.topic, key.partition), entry)
+            if entry.producer_id >= 0 and entry.value is not None:
+                open_txns.setdefault(entry.producer_id, set()).add(key.group)
         elif isinstance(key, GroupKey):
+            value = entry.value
             metadata[key.group] = None if value is None else decode_group_value(value)
     for group_id, group_value in metadata.items():
         if group_value is None:
-            # Deleted: gone unless offsets were committed after the deletion.
+            # Deleted: gone unless offsets were committed (or are pending) after the deletion.
             group = groups.get(group_id)
-            if group is not None and not group.offsets:
+            if group is not None and not group.offsets and not group.pending_offsets:
                 del groups[group_id]
             continue
         restore(groups.setdefault(group_id, Group(group_id)), group_value)
     return groups
+
+
+def _replay_offset(group: Group, partition: tuple[str, int], entry: LogRecord) -> None:
+    if entry.value is None:
+        group.offsets.pop(partition, None)
+        group.pending_offsets.discard(partition)
+        return
+    value = decode_offset_value(entry.value)
+    stored = CommittedOffset(value.offset, value.leader_epoch, value.metadata,
+                             value.commit_timestamp, entry.offset)
+    if entry.producer_id >= 0:
+        group.pending_offsets.add(entry.producer_id, partition, stored)
+    else:
+        group.offsets[partition] = stored
 
 
 def restore(group: Group, value: GroupValue) -> None:

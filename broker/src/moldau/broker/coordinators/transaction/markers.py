@@ -6,6 +6,10 @@ partition this node leads gets it through the same append as the inter-broker re
 the others get one request per leader. Partitions that fail are retried, with their leader
 looked up again each round, until every marker is written, the partition is gone, or this
 node stops coordinating the transaction.
+
+Both ways in end in append_markers(), which tells the group coordinator of the markers it
+wrote: a marker in `__consumer_offsets` commits or drops the transaction's pending offsets
+there (TxnOffsetCommit).
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ MAX_RETRY_BACKOFF_S = 1.0
 MAX_IN_FLIGHT = 20  # marker requests in flight to one broker
 SEND_WAIT_S = 0.005
 TopicPartition = tuple[str, int]
+# Told, once a marker is replicated, which partitions have it: (producer id, commit, them).
+MarkersWritten = Callable[[int, bool, list[TopicPartition]], None]
 
 
 @dataclass(frozen=True)
@@ -48,10 +54,11 @@ class Marker:
     partitions: tuple[TopicPartition, ...]
 
 
-async def append_markers(replicas: ReplicaManager, markers: Sequence[Marker]
-                         ) -> list[list[ErrorCode]]:
+async def append_markers(replicas: ReplicaManager, markers: Sequence[Marker],
+                         written: MarkersWritten) -> list[list[ErrorCode]]:
     """Append each marker on the partitions this node leads and wait until the in-sync
-    replicas have them, as an acks=all produce; the error per marker and partition."""
+    replicas have them, as an acks=all produce; `written` hears of those that have it. The
+    error per marker and partition."""
     entries: list[tuple[str, int, None]] = []
     results: list[ProduceResult] = []
     for marker in markers:
@@ -62,7 +69,14 @@ async def append_markers(replicas: ReplicaManager, markers: Sequence[Marker]
                 marker.coordinator_epoch, marker.commit))
     await replicas.wait_for_replication(entries, results, MARKER_REPLICATION_TIMEOUT_MS)
     answers = iter(results)
-    return [[ErrorCode(next(answers).error) for _ in marker.partitions] for marker in markers]
+    errors = [[ErrorCode(next(answers).error) for _ in marker.partitions]
+              for marker in markers]
+    for marker, marker_errors in zip(markers, errors, strict=True):
+        done = [key for key, error in zip(marker.partitions, marker_errors, strict=True)
+                if error is ErrorCode.none]
+        if done:
+            written(marker.producer_id, marker.commit, done)
+    return errors
 
 
 class CoordinatorFenced(Exception):
@@ -73,10 +87,11 @@ class MarkerChannel:
     """Sends markers to partition leaders until written (Kafka's
     TransactionMarkerChannelManager), one connection per broker."""
 
-    def __init__(self, node_id: int, replicas: ReplicaManager, *,
+    def __init__(self, node_id: int, replicas: ReplicaManager, written: MarkersWritten, *,
                  request_timeout_ms: int = MARKER_REPLICATION_TIMEOUT_MS + 5000) -> None:
         self.node_id = node_id
         self.replicas = replicas
+        self.written = written  # hears of the markers appended here (see append_markers)
         self.request_timeout_ms = request_timeout_ms
         self._connections: dict[int, BrokerConnection] = {}
         self._opening: dict[int, asyncio.Future[BrokerConnection]] = {}
@@ -130,7 +145,7 @@ class MarkerChannel:
         if leader < 0:
             return dict.fromkeys(parts, ErrorCode.leader_not_available)
         if leader == self.node_id:
-            [errors] = await append_markers(self.replicas, [one])
+            [errors] = await append_markers(self.replicas, [one], self.written)
             return dict(zip(parts, errors, strict=True))
         try:
             return await self._send_remote(leader, one)
