@@ -272,6 +272,20 @@ def test_follower_append_and_truncation(tmp_path):
     follower.close()
 
 
+def test_truncating_at_the_log_end_forgets_epochs_starting_there(tmp_path):
+    """As Kafka's truncateTo: no batch to remove, but an epoch begun (as leader) at the log
+    end without records is dropped; older epochs stay."""
+    plog = open_log(tmp_path / "orders-0")
+    append(plog, make_batch(2), epoch=1)
+    plog.assign_leader_epoch(3)
+    assert plog.latest_epoch == 3
+    plog.truncate_to(plog.log_end_offset)
+    assert plog.log_end_offset == 2
+    assert plog.latest_epoch == 1
+    assert plog.end_offset_for_epoch(1) == (1, 2)
+    plog.close()
+
+
 def test_topic_id_is_kept_in_partition_metadata(tmp_path):
     import uuid
     topic_id = uuid.uuid4()

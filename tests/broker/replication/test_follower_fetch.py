@@ -97,6 +97,26 @@ def test_kip101_double_failover_truncates_the_divergent_tail(tmp_path):
     run(scenario())
 
 
+def test_an_empty_follower_drops_the_epoch_it_led_without_records(tmp_path):
+    """b leads epoch 1 of an empty partition, then follows a in epoch 2. a never had epoch 1:
+    truncating to where a says it diverges (b's log end, 0) removes no batch but must forget
+    epoch 1, or each fetch of b names it again, diverges again and b never rejoins the ISR."""
+    async def scenario():
+        controller, _, (a, b) = await cluster(tmp_path)
+        try:
+            await controller.create_topic(replicas=[1, 2])
+            controller.elect(2, isr=[2])
+            await wait_until(lambda: b.partition().isr == (2, 1), "a in b's ISR")
+            controller.elect(1, isr=[1])
+            await wait_until(lambda: a.partition().isr == (1, 2), "b back in a's ISR")
+            assert b.log().latest_epoch is None
+        finally:
+            await b.stop()
+            await a.stop()
+
+    run(scenario())
+
+
 def test_a_lagging_follower_is_shrunk_out_and_comes_back(tmp_path):
     async def scenario():
         controller, clock, (a, b) = await cluster(tmp_path)

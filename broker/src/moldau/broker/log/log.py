@@ -1007,6 +1007,11 @@ class PartitionLog:
             self._check_open()
             self._check_guard(guard)
             if offset >= self._log_end_offset:
+                # No batch to remove, but an epoch this replica began as leader without
+                # appending anything may still start at the log end, and the new leader may
+                # not have it: kept, the follower would keep naming it as its last epoch.
+                if self._epochs is not None:
+                    self._epochs.truncate_from_end(self._log_end_offset)
                 return
             log.info("%s: truncating from offset %d (log end %d)", self.name, offset,
                      self._log_end_offset)

@@ -298,8 +298,7 @@ class ReplicaFetcher:
         state.truncating = not decision.complete
 
     async def _truncate_to(self, state: FetchState, partition: Partition, offset: int) -> None:
-        if offset >= partition.log.log_end_offset:
-            return
+        # Also at or past the log end: the log then drops leader epochs starting there.
         try:
             await self.host.run_io(_truncate, partition, offset, state.guard(partition))
         except KafkaError as exc:
