@@ -36,8 +36,6 @@ RESTART_TIMEOUT = 120.0
 # one (see shortened_rules).
 DRIVEN_ALERTS = ("MoldauUnderReplicatedPartitions", "MoldauBrokerDown")
 TEST_FOR = "5s"
-# node_exporter's series: the disk alert reads them, but the test bed runs no node_exporter.
-NODE_EXPORTER_PREFIX = "node_filesystem_"
 # Labels Prometheus' relabelling adds on Kubernetes; outside it the variables reading them
 # are empty and stay at "All" (monitoring/README.md, "Scraping").
 KUBERNETES_LABELS = {"namespace", "moldau_io_cluster"}
@@ -218,15 +216,11 @@ def test_dashboards_and_alerts_against_a_live_cluster(cluster: LocalCluster,
                        SERIES_TIMEOUT, "lag of every partition", interval=2.0)
         assert lagging_partitions(prom, topic) == every_partition
 
-        # Every selector of every rule matches series, except node_exporter's filesystem
-        # series: the test bed runs no node_exporter, so the disk alert's are the only ones
-        # allowed (and expected) to be missing.
+        # Every selector of every rule matches series (the disk alert's too: brokers report
+        # their log directories' file systems themselves).
         empty = {selector for selectors in rule_selectors().values()
                  for selector in selectors if not prom.query(selector)}
-        node_exporter = {selector for selectors in rule_selectors().values()
-                         for selector in selectors if selector.startswith(NODE_EXPORTER_PREFIX)}
-        assert node_exporter, "the disk alert no longer reads node_exporter's series"
-        assert empty == node_exporter
+        assert empty == set()
         absent = {name: missing_alternatives(prom, expr)
                   for name, expr in rule_expressions().items()}
         assert {name: values for name, values in absent.items() if values} == {}

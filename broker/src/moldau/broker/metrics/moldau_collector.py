@@ -4,6 +4,7 @@ times, for what Kafka's JMX names do not describe."""
 from __future__ import annotations
 
 import collections
+import shutil
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -30,6 +31,9 @@ class MoldauCollector:
         if broker.log_recovery_s is not None:
             yield gauge("moldau_log_recovery_seconds", "Time taken to load and recover the "
                         "logs at start-up", broker.log_recovery_s)
+        logs = getattr(broker, "logs", None)
+        if logs is not None:
+            yield from _log_dir_space(logs.log_dirs)
         replicas = getattr(broker, "replicas", None)
         if replicas is not None:
             yield gauge("moldau_io_pool_queue_size", "Disk tasks waiting for an I/O thread",
@@ -46,3 +50,19 @@ class MoldauCollector:
             yield summary("moldau_raft_commit_latency_seconds", "Seconds from proposing "
                           "metadata records to their commit, on the leader",
                           [({}, latency.count, latency.total_ms / 1000, {})])
+
+
+def _log_dir_space(log_dirs: list[str]) -> Iterator[Metric]:
+    """Each log directory's file system size and free space, as DescribeLogDirs reports them
+    (KIP-827's total_bytes and usable_bytes), so the disk alert needs no node_exporter and
+    works wherever the broker runs."""
+    usage = []
+    for directory in log_dirs:
+        try:
+            usage.append(({"log_dir": directory}, shutil.disk_usage(directory)))
+        except OSError:  # a directory removed under a running broker: nothing to report
+            continue
+    yield gauge("moldau_log_dir_total_bytes", "Size of the file system holding the log "
+                "directory", series=((labels, u.total) for labels, u in usage))
+    yield gauge("moldau_log_dir_usable_bytes", "Free space on the file system holding the "
+                "log directory", series=((labels, u.free) for labels, u in usage))
