@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -279,13 +280,16 @@ def group_workers(tmp_path: Path) -> Iterator[WorkerPool]:
 
 @pytest.fixture
 def prometheus_factory(tmp_path: Path) -> Iterator:
-    """make(targets, rule_files=None) -> a started e2e.prometheus.Prometheus scraping the
-    host:port `targets` as job `moldau`; each is stopped and its files removed afterwards,
-    whether the test passed or not."""
+    """make(targets, rule_files=None, **labelling) -> a started e2e.prometheus.Prometheus
+    scraping the host:port `targets` as job `moldau` (`labelling`: its target_labels and
+    relabel_configs); each is stopped and its files removed afterwards, whether the test
+    passed or not."""
     made: list[Prometheus] = []
 
-    def make(targets: list[str], rule_files: list[Path] | None = None) -> Prometheus:
-        instance = Prometheus(tmp_path / f"prometheus{len(made)}", targets, rule_files)
+    def make(targets: list[str], rule_files: list[Path] | None = None,
+             **labelling: Any) -> Prometheus:
+        instance = Prometheus(tmp_path / f"prometheus{len(made)}", targets, rule_files,
+                              **labelling)
         made.append(instance)
         return instance.start()
 

@@ -45,11 +45,19 @@ def promtool(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess
 
 
 class Prometheus:
+    """`target_labels` gives a target labels of its own, `__meta_*` ones included (as
+    Kubernetes service discovery would), which the `relabel_configs` of the broker job then
+    turn into series labels."""
+
     def __init__(self, workdir: Path, targets: list[str],
-                 rule_files: list[Path] | None = None) -> None:
+                 rule_files: list[Path] | None = None, *,
+                 target_labels: dict[str, dict[str, str]] | None = None,
+                 relabel_configs: list[dict] | None = None) -> None:
         self.workdir = Path(workdir)
         self.targets = list(targets)
         self.rule_files = [Path(path).resolve() for path in rule_files or []]
+        self.target_labels = target_labels or {}
+        self.relabel_configs = relabel_configs or []
         self.port = free_port()
         self.proc: subprocess.Popen | None = None
 
@@ -70,7 +78,10 @@ class Prometheus:
                 {"job_name": "prometheus", **interval,
                  "static_configs": [{"targets": [self.address]}]},
                 {"job_name": BROKER_JOB, **interval,
-                 "static_configs": [{"targets": self.targets}]},
+                 "static_configs": [{"targets": [target],
+                                     "labels": self.target_labels.get(target, {})}
+                                    for target in self.targets],
+                 "relabel_configs": self.relabel_configs},
             ],
         }
 
