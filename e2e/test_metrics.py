@@ -4,8 +4,11 @@ and the liveness and readiness probes, read over HTTP from real broker processes
 from __future__ import annotations
 
 import contextlib
+import shutil
+import signal
 import subprocess
 import threading
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -25,6 +28,7 @@ from e2e.support import (
     unique,
     wait_until,
 )
+from moldau.broker.metrics.health import LIVENESS_BOUND_S
 from moldau.cluster.launcher import LocalCluster
 
 OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8"
@@ -189,6 +193,8 @@ def test_consumer_group_lag_from_the_coordinator(broker: Broker) -> None:
         assert value(samples, "kafka_consumergroup_lag", **labels) == ends[partition] - committed
     assert value(samples, "kafka_consumergroup_lag_sum", consumergroup=group,
                  topic=topic) == 10 - 7
+    # A group that only commits has no members: Empty.
+    assert value(samples, "moldau_group_coordinator_groups", state="Empty") >= 1
 
 
 def group_samples(ports: dict[int, int], group: str) -> tuple[int, dict]:
@@ -374,3 +380,46 @@ def test_bad_http_listener_is_a_one_line_error(tmp_path: Path) -> None:
     assert result.stderr == ("moldau broker: Invalid value localhost:9404 for configuration "
                              "http.listener: expected http://host:port, or empty to disable "
                              "it\n")
+
+
+def test_the_broker_says_where_metrics_are_served(broker_factory) -> None:
+    broker = broker_factory()
+    wait_until(lambda: "metrics:" in broker.stdout_path.read_text(), 10, "the metrics line")
+    lines = [line for line in broker.stdout_path.read_text().splitlines() if "metrics:" in line]
+    assert lines == [f"moldau broker metrics: http://127.0.0.1:{broker.http_port}/metrics "
+                     "(health: /livez, /readyz)"]
+
+
+def test_livez_fails_after_the_event_loop_stalled(broker_factory) -> None:
+    """A process stopped longer than the liveness bound (10 s) answers /livez with 503 once
+    it runs again, and 200 once its loop has kept time for a while."""
+    broker = broker_factory()
+    url = f"http://127.0.0.1:{broker.http_port}/livez"
+    assert http_get(url)[:3:2] == (200, "ok\n")
+    broker.proc.send_signal(signal.SIGSTOP)
+    try:
+        time.sleep(LIVENESS_BOUND_S + 1.5)
+    finally:
+        broker.proc.send_signal(signal.SIGCONT)
+    status, _, body = http_get(url)
+    assert status == 503, body
+    assert body.startswith("not live: event loop "), body
+    wait_until(lambda: http_get(url)[0] == 200, 10, "/livez answering 200 again")
+
+
+def test_moldau_and_process_families(broker: Broker) -> None:
+    samples = scrape(broker.http_port)
+    disk = shutil.disk_usage(broker.log_dir)
+    log_dir = str(broker.log_dir)
+    assert value(samples, "moldau_log_dir_total_bytes", log_dir=log_dir) == disk.total
+    usable = value(samples, "moldau_log_dir_usable_bytes", log_dir=log_dir)
+    assert 0 < usable <= disk.total
+    assert abs(usable - disk.free) < 0.05 * disk.total  # other writers share the disk
+    assert 0 <= value(samples, "moldau_log_recovery_seconds") < 60
+    assert value(samples, "moldau_io_pool_queue_size") >= 0
+    assert value(samples, "moldau_request_queue_size") >= 0
+    lag = value(samples, "moldau_event_loop_lag_seconds")
+    assert 0 <= lag <= value(samples, "moldau_event_loop_lag_max_seconds")
+    assert value(samples, "process_open_fds") > 0
+    assert value(samples, "process_resident_memory_bytes") > 10 * 2**20
+    assert value(samples, "process_cpu_seconds_total") > 0
