@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from e2e import wire
-from e2e.support import ck_consumer, ck_create_topic, unique, wait_until
+from e2e.support import ck_admin, ck_consumer, ck_create_topic, unique, wait_until
 from e2e.test_transactions import TIMEOUT, ck_read
 
 pytestmark = pytest.mark.timeout(180)
@@ -148,6 +148,22 @@ def test_init_producer_id_on_the_wire(module_broker) -> None:
         assert error == wire.NONE and other != producer_id and epoch == 0
 
 
+def assert_transaction_state_topic(bootstrap: str, name: str) -> None:
+    """Kafka's settings of the topic on three brokers: 50 partitions of 3 replicas
+    (transaction.state.log.replication.factor), compacted, min.insync.replicas 2
+    (transaction.state.log.min.isr)."""
+    from confluent_kafka.admin import ConfigResource
+
+    admin = ck_admin(bootstrap)
+    topic = admin.list_topics(name, timeout=15).topics[name]
+    assert len(topic.partitions) == 50
+    assert {len(partition.replicas) for partition in topic.partitions.values()} == {3}
+    resource = ConfigResource(ConfigResource.Type.TOPIC, name)
+    configs = admin.describe_configs([resource])[resource].result(15)
+    assert (configs["cleanup.policy"].value, configs["min.insync.replicas"].value) == (
+        "compact", "2")
+
+
 def test_the_coordinators_broker_dies_mid_transaction(cluster) -> None:
     """A 3-node cluster: the broker coordinating the transactional id is killed while a
     transaction is open; the producer finds the new coordinator (which loaded the id from
@@ -167,6 +183,7 @@ def test_the_coordinators_broker_dies_mid_transaction(cluster) -> None:
     coordinator, _ = partition_state(cluster, TRANSACTION_TOPIC, state_partition)
     wait_until(lambda: len(partition_state(cluster, TRANSACTION_TOPIC, state_partition)[1])
                == 3, TIMEOUT, "a full ISR of the transaction's state partition")
+    assert_transaction_state_topic(bootstrap, TRANSACTION_TOPIC)
 
     producer.begin_transaction()
     for n in range(3):

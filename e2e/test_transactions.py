@@ -45,10 +45,10 @@ class Scenario:
         self.p1, self.p2 = fresh_producer_id(self.conn), fresh_producer_id(self.conn)
 
     def produce_all(self) -> None:
-        self._produce(wire.record_batch([PLAIN[0]]))
-        self._produce(self.txn_batch(self.p1, COMMITTED), "txn-one")
-        self._produce(self.txn_batch(self.p2, ABORTED), "txn-two")
-        self._produce(wire.record_batch([PLAIN[1]]))
+        self.produce(wire.record_batch([PLAIN[0]]))
+        self.produce(self.txn_batch(self.p1, COMMITTED), "txn-one")
+        self.produce(self.txn_batch(self.p2, ABORTED), "txn-two")
+        self.produce(wire.record_batch([PLAIN[1]]))
 
     def end(self, producer_id: int, commit: bool, coordinator_epoch: int = 0) -> int:
         marker = wire.TxnMarker(producer_id, 0, commit, {self.topic: [0]}, coordinator_epoch)
@@ -65,7 +65,7 @@ class Scenario:
         return wire.record_batch(values, producer_id=producer_id, producer_epoch=0,
                                  base_sequence=0, transactional=True)
 
-    def _produce(self, batch: bytes, transactional_id: str | None = None) -> None:
+    def produce(self, batch: bytes, transactional_id: str | None = None) -> None:
         got = wire.produce(self.conn, 10, self.topic, 0, batch, acks=self.acks,
                            transactional_id=transactional_id)
         assert got.error_code == wire.NONE, got
