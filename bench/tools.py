@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,11 +113,19 @@ class ConsumeResult:
 
 
 def consumer_perf(bootstrap: str, topic: str, records: int, group: str,
-                  timeout: float = 600) -> ConsumeResult:
-    output = run_java_tool(CONSUMER_PERF, [
-        "--bootstrap-server", bootstrap, "--topic", topic, "--messages", str(records),
-        "--group", group, "--timeout", "30000",
-    ], timeout)
+                  timeout: float = 600, config: dict[str, str] | None = None) -> ConsumeResult:
+    """ConsumerPerformance reading `records` from `topic`; `config` are consumer settings
+    (through --consumer.config)."""
+    with tempfile.TemporaryDirectory(prefix="moldau-bench-") as workdir:
+        options = []
+        if config:
+            path = Path(workdir) / "consumer.properties"
+            path.write_text("".join(f"{key}={value}\n" for key, value in config.items()))
+            options = ["--consumer.config", str(path)]
+        output = run_java_tool(CONSUMER_PERF, [
+            "--bootstrap-server", bootstrap, "--topic", topic, "--messages", str(records),
+            "--group", group, "--timeout", "30000", *options,
+        ], timeout)
     lines = [line for line in output.splitlines() if line.count(",") >= 9]
     header = next((line for line in lines if "fetch.MB.sec" in line), None)
     if header is None or lines[-1] is header:

@@ -173,6 +173,10 @@ def define_rows(plan: Plan, moldau_perf: bool) -> list[Row]:
             "Produce 1 KiB, transactional (ProducerPerformance --transactional-id)", "MiB/s",
             "higher", f"{plan.client_records:,} records, 1 partition, {batched}, a commit "
             f"every {TRANSACTION_MS} ms (--transaction-duration-ms), --throughput -1"),
+        Row("c_txn", "transactions",
+            "Consume 1 KiB, read_committed (ConsumerPerformance)", "MiB/s", "higher",
+            f"the transactional row's {plan.client_records:,} records (a commit marker every "
+            f"{TRANSACTION_MS} ms), isolation.level=read_committed, hot cache"),
         Row("failover", CLUSTER_GROUP,
             "Leader failover: kill -9 of the leader to the first acks=all produce", "s",
             "lower", f"3 brokers, RF 3, min.insync.replicas=2, leader not the active "
@@ -412,10 +416,14 @@ class BrokerRun(Recorder):
             self.ok("rss_load", sampler.peak)
 
     def transactions(self) -> None:
+        written: list[str] = []
         self.attempt(["p1k_txn"], "transactional produce 1 KiB (ProducerPerformance)",
-                     self._transactional_perf)
+                     lambda: self._transactional_perf(written))
+        if written:
+            self.attempt(["c_txn"], "read_committed consume 1 KiB (ConsumerPerformance)",
+                         lambda: self._read_committed(written))
 
-    def _transactional_perf(self) -> None:
+    def _transactional_perf(self, written: list[str]) -> None:
         count = self.plan.client_records
         results: list[Throughput] = []
         for topic in self._topics("p1k-txn"):
@@ -424,8 +432,20 @@ class BrokerRun(Recorder):
                 self.bootstrap, topic, count, 1024, BATCHED,
                 options=["--transactional-id", f"{topic}-id",
                          "--transaction-duration-ms", str(TRANSACTION_MS)]))
+            # Commit markers take offsets too: the read_committed row checks the count.
             self.produced[topic] = count
+            written.append(topic)
         self._throughput("p1k_txn", results)
+
+    def _read_committed(self, topics: list[str]) -> None:
+        count = self.plan.client_records
+        results: list[Throughput] = []
+        for index, topic in enumerate(topics):
+            self._read_log_files(topic)
+            results.append(tools.consumer_perf(
+                self.bootstrap, topic, count, f"c-txn-{index}",
+                config={"isolation.level": "read_committed"}))
+        self._throughput("c_txn", results)
 
     def _rdkafka_produce(self) -> None:
         count = self.plan.client_records
