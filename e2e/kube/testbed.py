@@ -81,6 +81,8 @@ class Cluster:
     # The image test pods run: the test bed's local Debian + python3 image, or
     # MOLDAU_KUBE_PYTHON_IMAGE for a cluster that can pull one.
     python_image: str
+    # This machine's own test bed (images built here and imported, no route out), whether
+    # the tests started it or `make kube-up` did; False for a KUBECONFIG cluster.
     owned: bool
 
     def kubectl(self, *args: str, stdin: str | None = None,
@@ -211,6 +213,17 @@ def changes(before: dict[str, object], after: dict[str, object]) -> str:
                      if before[key] != after[key])
 
 
+def local_testbed_running() -> bool:
+    """The machine's own test bed is up (`make kube-up`): its API server answers."""
+    kubeconfig = run_dir() / "kubeconfig"
+    kubectl = cache_dir() / "bin" / "kubectl"
+    if not kubeconfig.exists() or not os.access(kubectl, os.X_OK):
+        return False
+    done = subprocess.run([str(kubectl), f"--kubeconfig={kubeconfig}", "get", "--raw",
+                           "/readyz"], capture_output=True, timeout=30)
+    return done.returncode == 0
+
+
 @contextlib.contextmanager
 def local_testbed(log: Path) -> Iterator[Cluster]:
     """The machine's own test bed, up for the block and always down after it; down must
@@ -234,6 +247,12 @@ def local_testbed(log: Path) -> Iterator[Cluster]:
 def cluster_for_tests(log: Path) -> Iterator[Cluster]:
     """The cluster KUBECONFIG names, else the local test bed."""
     kubeconfig = os.environ.get("KUBECONFIG")
+    if not kubeconfig and local_testbed_running():
+        # Started by `make kube-up`: used as it is, and left running.
+        yield Cluster(kubeconfig=run_dir() / "kubeconfig",
+                      kubectl_path=str(cache_dir() / "bin" / "kubectl"),
+                      python_image=VERSIONS["PYTHON_IMAGE"], owned=True)
+        return
     if not kubeconfig:
         with local_testbed(log) as cluster:
             yield cluster

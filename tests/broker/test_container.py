@@ -73,3 +73,25 @@ def test_the_broker_command_names_a_bad_offset_in_one_line(tmp_path) -> None:
     assert done.returncode != 0
     assert done.stderr.strip() == ("moldau broker: MOLDAU_NODE_ID_OFFSET must be a whole "
                                    "number, not 'x'")
+
+
+def test_external_listeners_advertise_the_address_of_their_pod(tmp_path) -> None:
+    """The operator's file maps each pod ordinal to its external addresses; an empty host is
+    the node's address (a NodePort), a full one a load balancer's."""
+    from moldau.broker.container import external_addresses, with_external_addresses
+
+    path = tmp_path / "external-addresses.properties"
+    path.write_text("0.EXTERNAL=:31001\n1.EXTERNAL=:31002\n1.PUBLIC=lb-1.example.com:9094\n")
+    env = {"MOLDAU_EXTERNAL_ADDRESSES": str(path), "MOLDAU_NODE_ADDRESS": "10.250.0.1"}
+    assert external_addresses(env, 1) == {"EXTERNAL": "10.250.0.1:31002",
+                                          "PUBLIC": "lb-1.example.com:9094"}
+    assert external_addresses(env, 2) == {}
+    assert external_addresses({}, 1) == {}
+    advertised = "PLAIN://b-1.h:9092,EXTERNAL://b-1.h:9094,REPLICATION://b-1.h:9091"
+    assert with_external_addresses(advertised, external_addresses(env, 1)) == (
+        "PLAIN://b-1.h:9092,EXTERNAL://10.250.0.1:31002,REPLICATION://b-1.h:9091")
+    with pytest.raises(ValueError, match="MOLDAU_NODE_ADDRESS is not set"):
+        external_addresses({"MOLDAU_EXTERNAL_ADDRESSES": str(path)}, 0)
+    path.write_text("0.EXTERNAL=no-port\n")
+    with pytest.raises(ValueError, match="0.EXTERNAL=no-port is not host:port"):
+        external_addresses(env, 0)

@@ -26,6 +26,12 @@ DATA_DIR = "/var/lib/moldau"
 NODE_ID_OFFSET_ENV = "MOLDAU_NODE_ID_OFFSET"
 # A StatefulSet names its pods <set>-<ordinal>.
 _ORDINAL = re.compile(r"-(\d+)$")
+# Addresses clients outside Kubernetes reach each pod of a StatefulSet by, per listener: a
+# properties file of `<ordinal>.<LISTENER>=<host>:<port>` lines (the operator writes it for
+# NodePort and LoadBalancer listeners); an empty host is the node's address, given in
+# MOLDAU_NODE_ADDRESS (the pod's status.hostIP).
+EXTERNAL_ADDRESSES_ENV = "MOLDAU_EXTERNAL_ADDRESSES"
+NODE_ADDRESS_ENV = "MOLDAU_NODE_ADDRESS"
 
 
 def property_name(variable: str) -> str:
@@ -70,12 +76,50 @@ def node_id_offset(environ: Mapping[str, str]) -> int:
     return int(text)
 
 
+def external_addresses(environ: Mapping[str, str], node: int | None) -> dict[str, str]:
+    """Listener name -> host:port for the pod of StatefulSet ordinal `node`, from the file
+    MOLDAU_EXTERNAL_ADDRESSES names (none when unset)."""
+    path = environ.get(EXTERNAL_ADDRESSES_ENV)
+    if not path or node is None:
+        return {}
+    from moldau.properties import load_properties
+
+    found = {}
+    for key, address in load_properties(path).items():
+        index, _, listener = key.partition(".")
+        if index == str(node) and listener:
+            host, sep, port = address.rpartition(":")
+            if not sep or not port.isdigit():
+                raise ValueError(f"{path}: {key}={address} is not host:port")
+            if not host:
+                host = environ.get(NODE_ADDRESS_ENV, "")
+                if not host:
+                    raise ValueError(f"{path}: {key} has no host and {NODE_ADDRESS_ENV} "
+                                     "is not set")
+            found[listener] = f"{host}:{port}"
+    return found
+
+
+def with_external_addresses(advertised: str, external: Mapping[str, str]) -> str:
+    """advertised.listeners with each listener of `external` at its external address."""
+    entries = []
+    for entry in advertised.split(","):
+        name, sep, _address = entry.strip().partition("://")
+        entries.append(f"{name}://{external[name]}" if sep and name in external
+                       else entry.strip())
+    return ",".join(entries)
+
+
 def container_settings(environ: Mapping[str, str],
                        configured: Iterable[str] = ()) -> dict[str, str]:
     """The defaults for what the config file (`configured`: its keys) leaves unset,
-    overridden by KAFKA_* variables."""
-    defaults = container_defaults(socket.gethostname(), socket.getfqdn(),
-                                  node_id_offset(environ))
+    overridden by KAFKA_* variables; external listeners advertise their external address."""
+    hostname = socket.gethostname()
+    defaults = container_defaults(hostname, socket.getfqdn(), node_id_offset(environ))
     settings = {key: value for key, value in defaults.items() if key not in set(configured)}
     settings.update(properties_from_env(environ))
+    external = external_addresses(environ, ordinal(hostname))
+    if external and "advertised.listeners" in settings:
+        settings["advertised.listeners"] = with_external_addresses(
+            settings["advertised.listeners"], external)
     return settings

@@ -11,12 +11,13 @@ from typing import Any
 
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
-from lightkube.resources.core_v1 import Pod
+from lightkube.resources.core_v1 import Pod, Service
 
-from moldau.operator import naming, status
+from moldau.operator import naming, services, status
 from moldau.operator.apply import ApplyError, Change, apply_all
 from moldau.operator.clusterstate import Expected, Observed, ObserveError, assess, observe
-from moldau.operator.objects import desired_objects, owner_reference
+from moldau.operator.external import ExternalAddresses, resolve
+from moldau.operator.objects import desired_objects, owner_reference, with_owner
 from moldau.operator.resource import BROKER_IMAGE_ENV, DEFAULT_BROKER_IMAGE
 from moldau.operator.rolling import RunningPod, next_step
 from moldau.operator.spec import ClusterSpec, SpecError, parse_spec
@@ -53,6 +54,16 @@ def _is_ready(pod: Pod) -> bool:
     return any(c.type == "Ready" and c.status == "True" for c in conditions)
 
 
+async def external_addresses(client: AsyncClient, cluster: ClusterSpec) -> ExternalAddresses:
+    """The external listeners' addresses, from the live per-broker Services and the nodes
+    the broker pods run on."""
+    live = {svc.metadata.name: svc.to_dict() async for svc in client.list(
+        Service, namespace=cluster.namespace, labels={naming.CLUSTER_LABEL: cluster.name})}
+    host_ips = {name: pod.status.hostIP for name, pod in (await _pods(client, cluster)).items()
+                if pod.status and pod.status.hostIP}
+    return resolve(cluster, live, host_ips)
+
+
 async def _pods(client: AsyncClient, cluster: ClusterSpec) -> dict[str, Pod]:
     return {pod.metadata.name: pod async for pod in client.list(
         Pod, namespace=cluster.namespace, labels=naming.selector(cluster))}
@@ -84,9 +95,16 @@ async def reconcile(client: AsyncClient, *, name: str, namespace: str, uid: str,
                        False, "InvalidSpec")
     bases = naming.assign_node_id_bases([pool.name for pool in cluster.pools],
                                         known_bases(previous))
-    manifests = desired_objects(cluster, bases, owner_reference(name, uid))
+    owner = owner_reference(name, uid)
+    changes: list[Change] = []
     try:
-        changes: list[Change] = await apply_all(client, manifests)
+        external = None
+        if any(listener.external for listener in cluster.listeners):
+            # The brokers' own Services first: their addresses go into the brokers' config.
+            changes += await apply_all(client, with_owner(services.per_broker(cluster), owner))
+            external = await external_addresses(client, cluster)
+        manifests = desired_objects(cluster, bases, owner, external)
+        changes += await apply_all(client, manifests)
     except ApplyError as exc:
         return Outcome(status.invalid(generation, "ApplyFailed", str(exc), previous),
                        False, "ApplyFailed")
@@ -118,8 +136,10 @@ async def reconcile(client: AsyncClient, *, name: str, namespace: str, uid: str,
     rolling = step.message
     if changes and rolling is None:
         rolling = "; ".join(f"{c.action.lower()} {c.kind} {c.name}" for c in changes)
+    if external is not None and external.waiting and rolling is None:
+        rolling = "waiting for the addresses of Services " + ", ".join(external.waiting)
     pod_states = {pod_name: status.PodState(pod_name, _is_ready(pod))
                   for pod_name, pod in pods.items()}
     composed = status.compose(cluster, generation, bases, pod_states, observed, verdict,
-                              rolling, previous)
+                              rolling, previous, external.bootstrap if external else {})
     return Outcome(composed, verdict.ready, verdict.reason)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from moldau.operator import naming
+from moldau.operator import external, naming
 from moldau.operator.spec import CONTROLLER_PORT, HTTP_PORT, REPLICATION_PORT, ClusterSpec
 
 EXTERNAL_TYPES = {"nodeport": "NodePort", "loadbalancer": "LoadBalancer"}
@@ -48,7 +48,8 @@ def per_broker(cluster: ClusterSpec) -> list[dict[str, Any]]:
         for pool in cluster.broker_pools:
             for ordinal in range(pool.replicas):
                 pod = naming.pod(cluster, pool, ordinal)
-                services.append(_service(cluster, f"{pod}-{listener.name}", {
+                name = external.service_name(cluster, pool, ordinal, listener)
+                services.append(_service(cluster, name, {
                     "type": EXTERNAL_TYPES[listener.type],
                     "selector": {naming.POD_NAME_LABEL: pod},
                     "ports": [{"name": listener.name, "port": listener.port,

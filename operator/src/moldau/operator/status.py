@@ -22,14 +22,18 @@ class PodState:
     ready: bool
 
 
-def bootstrap_addresses(cluster: ClusterSpec) -> list[dict[str, Any]]:
-    """Internal listeners first: the printer column shows the first."""
+def bootstrap_addresses(cluster: ClusterSpec, external: Mapping[str, Sequence[str]]
+                        ) -> list[dict[str, Any]]:
+    """Internal listeners first: the printer column shows the first. An external listener's
+    are its brokers' external addresses known so far (`external`, by listener name)."""
     service = f"{naming.bootstrap_service(cluster)}.{cluster.namespace}.svc"
     result = []
     for listener in sorted(cluster.listeners, key=lambda item: item.external):
         entry: dict[str, Any] = {"name": listener.name, "type": listener.type}
         if not listener.external:
             entry["bootstrapServers"] = f"{service}:{listener.port}"
+        elif external.get(listener.name):
+            entry["bootstrapServers"] = ",".join(external[listener.name])
         result.append(entry)
     return result
 
@@ -73,7 +77,8 @@ def _condition(kind: str, status: bool, reason: str, message: str,
 
 def compose(cluster: ClusterSpec, generation: int, bases: Mapping[str, int],
             pods: Mapping[str, PodState], observed: Observed | None, verdict: Assessment,
-            rolling: str | None, previous: Mapping[str, Any]) -> dict[str, Any]:
+            rolling: str | None, previous: Mapping[str, Any],
+            external: Mapping[str, Sequence[str]] | None = None) -> dict[str, Any]:
     """The whole status. `rolling` names what the operator is still changing, if anything."""
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     old = previous.get("conditions") or []
@@ -91,7 +96,7 @@ def compose(cluster: ClusterSpec, generation: int, bases: Mapping[str, int],
         "phase": phase, "observedGeneration": generation,
         "readyBrokers": f"{ready_brokers}/{len(brokers)}",
         "controllers": len(node_ids(cluster, bases, broker=False)),
-        "listeners": bootstrap_addresses(cluster),
+        "listeners": bootstrap_addresses(cluster, external or {}),
         "nodes": nodes(cluster, bases, pods, observed),
         "nodePools": [{"name": name, "nodeIdBase": base} for name, base in sorted(
             bases.items(), key=lambda item: item[1])],

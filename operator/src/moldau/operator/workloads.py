@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from moldau.operator import naming
+from moldau.operator.external import ADDRESSES_FILE
 from moldau.operator.properties import advertised_listeners
 from moldau.operator.spec import (
     CONTROLLER_PORT,
@@ -19,8 +20,11 @@ from moldau.operator.spec import (
 
 # The broker image's user (Dockerfile): volumes are given to its group.
 BROKER_UID = 1001
-# Node id offset read by the broker's container mode (moldau.broker.container).
+# Read by the broker's container mode (moldau.broker.container): the node id offset, the
+# file of external addresses, and the address of the pod's node.
 NODE_ID_OFFSET_ENV = "MOLDAU_NODE_ID_OFFSET"
+EXTERNAL_ADDRESSES_ENV = "MOLDAU_EXTERNAL_ADDRESSES"
+NODE_ADDRESS_ENV = "MOLDAU_NODE_ADDRESS"
 CONFIG_HASH_ANNOTATION = "moldau.io/config-hash"
 TERMINATION_GRACE_SECONDS = 60
 
@@ -34,6 +38,13 @@ def _env(cluster: ClusterSpec, pool: NodePool, base: int) -> list[dict[str, Any]
     host = f"$(POD_NAME).{naming.pod_dns_suffix(cluster)}"
     env.append({"name": "KAFKA_ADVERTISED_LISTENERS",
                 "value": advertised_listeners(cluster, pool, host)})
+    if pool.is_broker and any(listener.external for listener in cluster.listeners):
+        # The external addresses of the pool's pods (moldau.operator.external); a NodePort's
+        # host is the node this pod runs on.
+        env += [{"name": NODE_ADDRESS_ENV,
+                 "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
+                {"name": EXTERNAL_ADDRESSES_ENV,
+                 "value": f"{naming.CONFIG_DIR}/{ADDRESSES_FILE}"}]
     if pool.is_broker and cluster.rack_topology_key:
         # Kubernetes copies the node's topology labels onto the pod it binds.
         env.append({"name": "KAFKA_BROKER_RACK", "valueFrom": {"fieldRef": {
