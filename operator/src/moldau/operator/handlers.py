@@ -12,6 +12,7 @@ from typing import Any
 import kopf
 from lightkube import AsyncClient
 
+from moldau.operator.conditions import status_changed
 from moldau.operator.metrics import RECONCILE_ERRORS, RECONCILE_SECONDS, RECONCILES
 from moldau.operator.reconcile import reconcile
 from moldau.operator.resource import FIELD_MANAGER, GROUP, PLURAL, VERSION
@@ -39,10 +40,6 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 
 # The API client is not closed at cleanup: a timer still finishing would fail on it, and the
 # process ends right after.
-
-
-def _status_changed(new: dict[str, Any], old: Any) -> bool:
-    return any(old.get(key) != value for key, value in new.items())
 
 
 async def _run(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger) -> None:
@@ -73,7 +70,7 @@ async def _run(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger) -> None:
         if not outcome.ready and outcome.reason in ("InvalidSpec", "ApplyFailed"):
             RECONCILE_ERRORS.labels(outcome.reason).inc()
         old = body.get("status") or {}
-        if _status_changed(outcome.status, old):
+        if status_changed(outcome.status, old):
             if outcome.reason in ("InvalidSpec", "ApplyFailed") and \
                     old.get("observedGeneration") != outcome.status["observedGeneration"]:
                 ready = outcome.status["conditions"][0]

@@ -4,13 +4,13 @@ state, and each pool's node id range (which keeps node ids stable)."""
 
 from __future__ import annotations
 
-import datetime
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from moldau.operator import naming
 from moldau.operator.clusterstate import Assessment, Observed
+from moldau.operator.conditions import condition, now
 from moldau.operator.spec import ClusterSpec
 
 CONDITION_TYPES = ("Ready", "Reconciling", "Degraded")
@@ -60,22 +60,11 @@ def nodes(cluster: ClusterSpec, bases: Mapping[str, int], pods: Mapping[str, Pod
     return result
 
 
-def _condition(kind: str, status: bool, reason: str, message: str,
-               previous: Sequence[Mapping[str, Any]], now: str) -> dict[str, Any]:
-    """lastTransitionTime moves only when the status flips, so a settled cluster's status
-    does not change."""
-    text = "True" if status else "False"
-    old = next((c for c in previous if c.get("type") == kind), None)
-    since = old["lastTransitionTime"] if old and old.get("status") == text else now
-    return {"type": kind, "status": text, "reason": reason, "message": message,
-            "lastTransitionTime": since}
-
-
 def compose(cluster: ClusterSpec, generation: int, bases: Mapping[str, int],
             pods: Mapping[str, PodState], observed: Observed | None, verdict: Assessment,
             rolling: str | None, previous: Mapping[str, Any]) -> dict[str, Any]:
     """The whole status. `rolling` names what the operator is still changing, if anything."""
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    at = now()
     old = previous.get("conditions") or []
     brokers = node_ids(cluster, bases, broker=True)
     ready_brokers = sum(1 for node in nodes(cluster, bases, pods, observed)
@@ -96,12 +85,12 @@ def compose(cluster: ClusterSpec, generation: int, bases: Mapping[str, int],
         "nodePools": [{"name": name, "nodeIdBase": base} for name, base in sorted(
             bases.items(), key=lambda item: item[1])],
         "conditions": [
-            _condition("Ready", verdict.ready, verdict.reason, verdict.message, old, now),
-            _condition("Reconciling", rolling is not None,
+            condition("Ready", verdict.ready, verdict.reason, verdict.message, old, at),
+            condition("Reconciling", rolling is not None,
                        "Rolling" if rolling else "Settled", rolling or "nothing to change",
-                       old, now),
-            _condition("Degraded", degraded, verdict.reason if degraded else "AsDesired",
-                       verdict.message if degraded else "every node as desired", old, now),
+                       old, at),
+            condition("Degraded", degraded, verdict.reason if degraded else "AsDesired",
+                       verdict.message if degraded else "every node as desired", old, at),
         ],
     }
     if observed is not None:
@@ -116,9 +105,9 @@ def compose(cluster: ClusterSpec, generation: int, bases: Mapping[str, int],
 def invalid(generation: int, reason: str, message: str, previous: Mapping[str, Any]
             ) -> dict[str, Any]:
     """The status of a spec that cannot run: Ready False with the reason, nothing applied."""
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    at = now()
     old = previous.get("conditions") or []
     return {"phase": "Failed", "observedGeneration": generation, "conditions": [
-        _condition("Ready", False, reason, message, old, now),
-        _condition("Reconciling", False, reason, "waiting for a spec that can run", old, now),
-        _condition("Degraded", False, reason, message, old, now)]}
+        condition("Ready", False, reason, message, old, at),
+        condition("Reconciling", False, reason, "waiting for a spec that can run", old, at),
+        condition("Degraded", False, reason, message, old, at)]}
