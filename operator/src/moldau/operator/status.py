@@ -12,6 +12,7 @@ from moldau.operator import naming
 from moldau.operator.clusterstate import Assessment, Observed
 from moldau.operator.conditions import condition, now
 from moldau.operator.spec import ClusterSpec
+from moldau.operator.topics.reconciler import Inventory
 
 CONDITION_TYPES = ("Ready", "Reconciling", "Degraded")
 
@@ -60,10 +61,18 @@ def nodes(cluster: ClusterSpec, bases: Mapping[str, int], pods: Mapping[str, Pod
     return result
 
 
+def topics(found: Inventory) -> dict[str, Any]:
+    """The cluster's topics: how many Topic resources manage, and those made elsewhere."""
+    return {"managed": found.managed, "unmanaged": found.unmanaged,
+            "unmanagedNames": list(found.unmanaged_names)}
+
+
 def compose(cluster: ClusterSpec, generation: int, bases: Mapping[str, int],
             pods: Mapping[str, PodState], observed: Observed | None, verdict: Assessment,
-            rolling: str | None, previous: Mapping[str, Any]) -> dict[str, Any]:
-    """The whole status. `rolling` names what the operator is still changing, if anything."""
+            rolling: str | None, previous: Mapping[str, Any],
+            inventory: Inventory | None = None) -> dict[str, Any]:
+    """The whole status. `rolling` names what the operator is still changing, if anything;
+    `inventory` the cluster's topics, when read."""
     at = now()
     old = previous.get("conditions") or []
     brokers = node_ids(cluster, bases, broker=True)
@@ -99,6 +108,8 @@ def compose(cluster: ClusterSpec, generation: int, bases: Mapping[str, int],
                             "voters": sorted(observed.voters)}
     elif previous.get("clusterId"):
         status["clusterId"] = previous["clusterId"]
+    if inventory is not None:
+        status["topics"] = topics(inventory)
     return status
 
 

@@ -4,10 +4,11 @@ the KafkaCluster's own reads), with the batcher that gathers their work."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection, Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
 from moldau.client.admin import AsyncAdmin
+from moldau.operator.metrics import TOPIC_BATCH_SECONDS, TOPIC_BATCH_SIZE
 from moldau.operator.topics.batcher import Batcher
 from moldau.operator.topics.model import DeleteResult, DesiredTopic, TopicResult
 from moldau.operator.topics.reconciler import TopicReconciler
@@ -51,6 +52,11 @@ class ClusterClient:
             self._run, lambda work: work.key, linger=linger, max_items=max_batch)
 
     async def _run(self, batch: list[Work]) -> dict[WorkKey, Outcome]:
+        TOPIC_BATCH_SIZE.observe(len(batch))
+        with TOPIC_BATCH_SECONDS.time():
+            return await self._run_batch(batch)
+
+    async def _run_batch(self, batch: list[Work]) -> dict[WorkKey, Outcome]:
         claims: dict[str, dict[str, DesiredTopic]] = {}
         for work in batch:
             for claimant in (*work.claimants, work.desired):
@@ -110,10 +116,11 @@ class ClusterClients:
             self._clients[key] = client
         return client
 
-    async def retain(self, keys: Collection[Hashable]) -> None:
-        """Close the clients of clusters not among `keys` (deleted ones)."""
-        gone = [key for key in self._clients if key not in keys]
-        await asyncio.gather(*(self._clients.pop(key).close() for key in gone))
+    async def drop(self, key: Hashable) -> None:
+        """Close the client of a cluster that went."""
+        client = self._clients.pop(key, None)
+        if client is not None:
+            await client.close()
 
     async def close(self) -> None:
-        await self.retain(())
+        await asyncio.gather(*(self.drop(key) for key in list(self._clients)))

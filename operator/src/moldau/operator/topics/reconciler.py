@@ -31,6 +31,11 @@ def _claimants(desired: DesiredTopic, claims: Claims | None,
     return list(found.values())
 
 
+def unmanaged(desired: DesiredTopic) -> TopicResult:
+    return TopicResult(True, UNMANAGED, f"moldau.io/managed is false: topic "
+                                        f"'{desired.topic_name}' is left alone")
+
+
 def _text(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
@@ -67,9 +72,7 @@ class TopicReconciler:
                         ) -> dict[TopicRef, TopicResult]:
         """Each resource's result. `claims` (topic name -> every resource naming it)
         decides who owns a topic two resources name; without it, the batch alone does."""
-        results = {d.ref: TopicResult(True, UNMANAGED, f"moldau.io/managed is false: topic "
-                                                       f"'{d.topic_name}' is left alone")
-                   for d in batch if not d.managed}
+        results = {d.ref: unmanaged(d) for d in batch if not d.managed}
         managed = [d for d in batch if d.managed]
         if not managed:
             return results
