@@ -152,6 +152,22 @@ class OperatorProcess:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
 
+@contextlib.contextmanager
+def running_operator(kube: Cluster, namespace: str, image: str, log: Path,
+                     args: tuple[str, ...] = ()) -> Iterator[OperatorProcess]:
+    """The operator for a module's tests; at the end the namespace's Topics are deleted
+    while it still runs (their finalizers need it), it must stop with 0, and its log's
+    tail is printed."""
+    process = OperatorProcess(kube, namespace, image, log, args)
+    try:
+        yield process
+    finally:
+        kube.kubectl("-n", namespace, "delete", "topics", "--all", "--wait=true", timeout=300)
+        code = process.stop()
+        print(f"operator log ({log}):\n{process.tail(80)}")
+        assert code == 0, f"the operator exited with {code}"
+
+
 READY_TIMEOUT = 240.0
 
 

@@ -17,11 +17,10 @@ from e2e.kube.cluster_names import install
 from e2e.kube.operator_bed import (
     TESTBED_DNS,
     OperatorProcess,
-    broker_image,
     cluster_manifest,
     condition,
-    crd_installed,
     local_volumes,
+    running_operator,
     status,
     wait_ready,
 )
@@ -46,17 +45,6 @@ DELETION_TIMEOUT = "20"
 
 
 @pytest.fixture(scope="module")
-def image(kube: Cluster) -> str:
-    return broker_image(kube)
-
-
-@pytest.fixture(scope="module")
-def crd(kube: Cluster) -> Iterator[None]:
-    with crd_installed(kube):
-        yield
-
-
-@pytest.fixture(scope="module")
 def storage_class(kube: Cluster) -> Iterator[str]:
     name = unique("mkt-local")
     with local_volumes(kube, name, count=6):
@@ -73,16 +61,9 @@ def namespace(kube: Cluster, crd: None, storage_class: str) -> Iterator[str]:
 def operator(kube: Cluster, namespace: str, image: str,
              tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
     log = tmp_path_factory.mktemp("operator") / "operator.log"
-    process = OperatorProcess(kube, namespace, image, log,
-                              ("--topic-deletion-timeout", DELETION_TIMEOUT))
-    try:
+    with running_operator(kube, namespace, image, log,
+                          ("--topic-deletion-timeout", DELETION_TIMEOUT)) as process:
         yield process
-    finally:
-        # Topics hold finalizers only a running operator releases: gone before it stops.
-        kube.kubectl("-n", namespace, "delete", "topics", "--all", "--wait=true", timeout=300)
-        code = process.stop()
-        print(f"operator log ({log}):\n{process.tail(80)}")
-        assert code == 0, f"the operator exited with {code}"
 
 
 @pytest.fixture(scope="module")
