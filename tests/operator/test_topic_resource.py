@@ -62,6 +62,11 @@ def test_status_and_events_of_a_result() -> None:
     assert after["replicasChange"] is None and status_changed(after, status)
     assert list(topic_events(desired, done, status)) == [
         ("Normal", "ReplicasChanged", "topic 'orders' has 3 replicas")]
+    # A move that ended within the reconcile that started it.
+    quick = TopicResult(True, "Ready", "as wanted", "id-1", 2, 3,
+                        changes=(("ReplicasChangeStarted", "moving 2 partitions"),))
+    assert [e[1] for e in topic_events(desired, quick, {})] == [
+        "ReplicasChangeStarted", "ReplicasChanged"]
     # Settled: the same status again is no change (lastTransitionTime kept).
     settled = {**after, "replicasChange": None}
     assert not status_changed(topic_status(desired, done, 4, settled), settled)

@@ -81,13 +81,16 @@ def _ready_condition(status: Mapping[str, Any]) -> Mapping[str, Any]:
 def topic_events(desired: DesiredTopic, result: TopicResult, previous: Mapping[str, Any]
                  ) -> Iterable[Event]:
     """A Normal Event per change made in Kafka, a Warning when the resource stops being
-    Ready or fails for another reason than before, and one when a replicas change ends."""
+    Ready or fails for another reason than before, and one when a replicas change ends
+    (which may be in the reconcile that started it)."""
     for reason, message in result.changes:
         yield "Normal", reason, message
     before = _ready_condition(previous)
     if not result.ready and (before.get("status") != "False"
                              or before.get("reason") != result.reason):
         yield "Warning", result.reason, result.message
-    if previous.get("replicasChange") and result.replicas_change is None and result.ready:
+    started = any(reason == "ReplicasChangeStarted" for reason, _ in result.changes)
+    if (previous.get("replicasChange") or started) and result.replicas_change is None \
+            and result.ready:
         yield "Normal", "ReplicasChanged", (f"topic '{desired.topic_name}' has "
                                             f"{result.replicas} replicas")
