@@ -127,6 +127,71 @@ def test_configs(admin, module_broker):
     assert seen["cleanup.policy"].value == "compact"
 
 
+def count_requests(admin: Admin) -> dict[int, int]:
+    """Requests the admin client sends from now on, by API key."""
+    counts: dict[int, int] = {}
+    network = admin.async_admin.network
+    send = network.request
+
+    def counting(node, api_key, *args, **kwargs):
+        counts[int(api_key)] = counts.get(int(api_key), 0) + 1
+        return send(node, api_key, *args, **kwargs)
+
+    network.request = counting
+    return counts
+
+
+def test_per_item_calls_answer_each_topic_from_one_request(module_broker):
+    """Many topics per request, each with its own answer, as a controller that reconciles
+    thousands of topics needs (CreateTopics, Metadata, DescribeConfigs,
+    IncrementalAlterConfigs, CreatePartitions, DeleteTopics)."""
+    with Admin({"bootstrap.servers": module_broker.bootstrap,
+                "default.api.timeout.ms": 20000}) as admin:
+        admin.list_topics()
+        counts = count_requests(admin)
+        names = [unique("each") for _ in range(20)]
+        taken, bad = names[0], unique("each-bad")
+        admin.create_topic(taken, 1)
+        created = admin.create_topics_each(
+            [NewTopic(n, 1, 1) for n in names] + [NewTopic(bad, 1, 1, {"no.such": "1"})])
+        assert created[taken].code is ErrorCode.topic_already_exists
+        assert all(created[n] is None for n in names[1:])
+        assert created[bad].code is ErrorCode.invalid_config
+        assert str(created[bad]) == f"Topic '{bad}': Unknown topic config name: no.such"
+        missing = unique("each-missing")
+
+        described = admin.describe_topics_each([*names, missing])
+        assert all(len(described[n].partitions) == 1 for n in names)
+        assert described[missing].code is ErrorCode.unknown_topic_or_partition
+        assert str(described[missing]) == f"Topic '{missing}' does not exist"
+
+        resources = [ConfigResource.topic(n) for n in [*names, missing]]
+        configs = admin.describe_configs_each(resources)
+        assert all(configs[r]["cleanup.policy"].value == "delete" for r in resources[:-1])
+        assert configs[resources[-1]].code is ErrorCode.unknown_topic_or_partition
+
+        altered = admin.incremental_alter_configs_each(
+            {r: [AlterConfigOp.set("retention.ms", "60000")] for r in resources[:-2]}
+            | {resources[-2]: [AlterConfigOp.set("retention.ms", "soon")]})
+        assert all(altered[r] is None for r in resources[:-2])
+        assert altered[resources[-2]].code is ErrorCode.invalid_config
+        entries = admin.describe_configs([resources[0], resources[-2]])
+        assert entries[resources[0]]["retention.ms"].value == "60000"
+        assert entries[resources[-2]]["retention.ms"].source is ConfigSource.DEFAULT_CONFIG
+
+        grown = admin.create_partitions_each({names[0]: 3, names[1]: 1, missing: 2})
+        assert grown[names[0]] is None
+        assert grown[names[1]].code is ErrorCode.invalid_partitions
+        assert grown[missing].code is ErrorCode.unknown_topic_or_partition
+
+        deleted = admin.delete_topics_each([*names, missing])
+        assert all(deleted[n] is None for n in names)
+        assert deleted[missing].code is ErrorCode.unknown_topic_or_partition
+        # One request per call (metadata refreshes aside), however many topics it names.
+        assert {key: counts.get(key, 0) for key in (19, 32, 37, 44, 20)} == \
+            {19: 2, 32: 2, 37: 1, 44: 1, 20: 1}
+
+
 def test_cluster_and_log_dirs(admin, module_broker):
     cluster = admin.describe_cluster()
     assert [n.node_id for n in cluster.nodes] == [NODE_ID]

@@ -73,6 +73,13 @@ def test_errors_on_one_broker(single):
     assert code_of(lambda: single.alter_partition_reassignments(
         {TopicPartition(unique("missing"), 0): [NODE_ID]})) \
         is ErrorCode.unknown_topic_or_partition
+    # Per partition, from one request: each its own answer.
+    results = single.alter_partition_reassignments_each({
+        tp: [NODE_ID], TopicPartition(topic, 1): [NODE_ID, 99],
+        TopicPartition(topic, 7): [NODE_ID]})
+    assert {p: e and e.code for p, e in results.items()} == {
+        tp: None, TopicPartition(topic, 1): ErrorCode.invalid_replica_assignment,
+        TopicPartition(topic, 7): ErrorCode.unknown_topic_or_partition}
     # The current assignment as target: accepted, nothing to do.
     single.alter_partition_reassignments({tp: [NODE_ID]})
     assert single.list_partition_reassignments() == {}

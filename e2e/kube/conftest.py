@@ -1,4 +1,5 @@
-"""The `kube` fixture: one Kubernetes cluster for every test marked `kube` in the session."""
+"""The `kube` fixture: one Kubernetes cluster for every test marked `kube` in the session;
+and, per module that asks, the broker image in it and the operator's CRDs."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from e2e.kube.operator_bed import broker_image, crd_installed
 from e2e.kube.testbed import Cluster, TestbedUnavailable, cluster_for_tests
 
 
@@ -21,3 +23,14 @@ def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     # Outside the except block, so the report shows the one line alone.
     if failure:
         pytest.fail(failure, pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def image(kube: Cluster) -> str:
+    return broker_image(kube)
+
+
+@pytest.fixture(scope="module")
+def crd(kube: Cluster) -> Iterator[None]:
+    with crd_installed(kube):
+        yield

@@ -23,7 +23,7 @@ from e2e.support import free_port, unique, wait_until
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-CRD = REPO / "crds" / "moldau.io_kafkaclusters.yaml"
+CRDS = sorted((REPO / "crds").glob("*.yaml"))
 # The test bed's CoreDNS (lib.sh's NODE_IP): it answers for cluster names.
 TESTBED_DNS = "10.250.0.1"
 
@@ -60,14 +60,15 @@ def broker_image(kube: Cluster) -> str:
 
 @contextlib.contextmanager
 def crd_installed(kube: Cluster) -> Iterator[None]:
-    kube.kubectl("apply", "--server-side", "-f", str(CRD))
+    """The operator's CRDs (KafkaCluster, Topic)."""
+    files = [arg for crd in CRDS for arg in ("-f", str(crd))]
+    kube.kubectl("apply", "--server-side", *files)
     kube.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                 "crd/kafkaclusters.moldau.io")
+                 "crd/kafkaclusters.moldau.io", "crd/topics.moldau.io")
     try:
         yield
     finally:
-        kube.kubectl("delete", "-f", str(CRD), "--ignore-not-found", "--wait=true",
-                     timeout=300)
+        kube.kubectl("delete", *files, "--ignore-not-found", "--wait=true", timeout=300)
 
 
 @contextlib.contextmanager
@@ -105,7 +106,8 @@ def local_volumes(kube: Cluster, storage_class: str, count: int) -> Iterator[Non
 class OperatorProcess:
     """`moldau operator` on this host against the cluster's kubeconfig."""
 
-    def __init__(self, kube: Cluster, namespace: str, image: str, log: Path) -> None:
+    def __init__(self, kube: Cluster, namespace: str, image: str, log: Path,
+                 args: tuple[str, ...] = ()) -> None:
         self.port = free_port()
         self.log = log
         env = {**os.environ, "KUBECONFIG": str(kube.kubeconfig),
@@ -116,7 +118,7 @@ class OperatorProcess:
         self._out = log.open("ab")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "moldau.cli", "operator", "--standalone",
-             "--namespace", namespace, "--http-port", str(self.port)],
+             "--namespace", namespace, "--http-port", str(self.port), *args],
             env=env, stdout=self._out, stderr=subprocess.STDOUT)
         wait_until(lambda: self.get("/healthz") == 200, 60, "the operator's /healthz")
 
@@ -148,6 +150,22 @@ class OperatorProcess:
 
     def tail(self, lines: int = 40) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+@contextlib.contextmanager
+def running_operator(kube: Cluster, namespace: str, image: str, log: Path,
+                     args: tuple[str, ...] = ()) -> Iterator[OperatorProcess]:
+    """The operator for a module's tests; at the end the namespace's Topics are deleted
+    while it still runs (their finalizers need it), it must stop with 0, and its log's
+    tail is printed."""
+    process = OperatorProcess(kube, namespace, image, log, args)
+    try:
+        yield process
+    finally:
+        kube.kubectl("-n", namespace, "delete", "topics", "--all", "--wait=true", timeout=300)
+        code = process.stop()
+        print(f"operator log ({log}):\n{process.tail(80)}")
+        assert code == 0, f"the operator exited with {code}"
 
 
 READY_TIMEOUT = 240.0

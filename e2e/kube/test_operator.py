@@ -16,12 +16,11 @@ from e2e.kube.cluster_names import install
 from e2e.kube.operator_bed import (
     TESTBED_DNS,
     OperatorProcess,
-    broker_image,
     cluster_manifest,
     condition,
-    crd_installed,
     local_volumes,
     run_client_pod,
+    running_operator,
     status,
     wait_ready,
 )
@@ -44,17 +43,6 @@ OWNED_KINDS = "statefulsets,services,configmaps,serviceaccounts,poddisruptionbud
 
 
 @pytest.fixture(scope="module")
-def image(kube: Cluster) -> str:
-    return broker_image(kube)
-
-
-@pytest.fixture(scope="module")
-def crd(kube: Cluster) -> Iterator[None]:
-    with crd_installed(kube):
-        yield
-
-
-@pytest.fixture(scope="module")
 def storage_class(kube: Cluster) -> Iterator[str]:
     name = unique("mkc-local")
     with local_volumes(kube, name, count=14):
@@ -72,13 +60,8 @@ def namespace(kube: Cluster, crd: None, storage_class: str) -> Iterator[str]:
 def operator(kube: Cluster, namespace: str, image: str,
              tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
     log = tmp_path_factory.mktemp("operator") / "operator.log"
-    process = OperatorProcess(kube, namespace, image, log)
-    try:
+    with running_operator(kube, namespace, image, log) as process:
         yield process
-    finally:
-        code = process.stop()
-        print(f"operator log ({log}):\n{process.tail(60)}")
-        assert code == 0, f"the operator exited with {code}"
 
 
 def test_the_api_server_refuses_bad_specs_with_the_schemas_words(kube: Cluster,

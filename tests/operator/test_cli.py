@@ -10,7 +10,7 @@ import time
 import pytest
 
 from moldau.cli import build_parser
-from moldau.operator.cli import NAMESPACES_ENV, _namespaces
+from moldau.operator.cli import NAMESPACES_ENV, TOPIC_DELETION_TIMEOUT_ENV, _namespaces
 
 
 def parse(*argv: str):
@@ -62,16 +62,32 @@ def test_without_a_kubeconfig_the_operator_says_so_in_one_line(tmp_path) -> None
     assert lines[0].startswith("moldau operator: no Kubernetes configuration: ")
 
 
-def test_no_handler_leaves_a_finalizer_on_the_cluster() -> None:
-    """A finalizer would keep KafkaClusters from being deleted once the operator is gone."""
+def test_only_the_topic_deletion_handler_puts_a_finalizer() -> None:
+    """A finalizer would keep KafkaClusters from being deleted once the operator is gone;
+    a Topic's holds it until its Kafka topic is deleted (or that is given up)."""
     import kopf
 
     import moldau.operator.handlers  # noqa: F401
 
     registry = kopf.get_default_registry()
     handlers = [*registry._spawning.get_all_handlers(), *registry._changing.get_all_handlers()]
-    assert handlers
-    assert [h.id for h in handlers if h.requires_finalizer] == []
+    assert {h.selector.any_name for h in handlers} == {"kafkaclusters", "topics"}
+    assert [(h.selector.any_name, h.id) for h in handlers if h.requires_finalizer] == [
+        ("topics", "topic_deleted")]
+
+
+def test_the_topic_deletion_timeout_comes_from_the_flag_or_the_environment(monkeypatch
+                                                                          ) -> None:
+    monkeypatch.delenv(TOPIC_DELETION_TIMEOUT_ENV, raising=False)
+    assert parse().topic_deletion_timeout == 60.0
+    assert parse("--topic-deletion-timeout", "5").topic_deletion_timeout == 5.0
+    monkeypatch.setenv(TOPIC_DELETION_TIMEOUT_ENV, "90")
+    assert parse().topic_deletion_timeout == 90.0
+    done = subprocess.run([sys.executable, "-m", "moldau.cli", "operator",
+                           "--topic-deletion-timeout", "soon"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1].endswith("not a number of seconds: 'soon'")
 
 
 def test_a_replica_started_later_has_a_lower_peering_priority() -> None:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,17 +18,6 @@ from moldau.operator.clusterstate import (
 )
 
 ALL = Expected(brokers=frozenset({1, 2, 3}), controllers=frozenset({1, 2, 3}))
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    local = LocalCluster(tmp_path_factory.mktemp("operator") / "cluster", brokers=3,
-                         base_port=free_base_port(3))
-    local.start(timeout=90)
-    try:
-        yield local
-    finally:
-        local.stop(timeout=30)
 
 
 def read(cluster: LocalCluster) -> Observed:

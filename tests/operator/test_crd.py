@@ -1,5 +1,6 @@
-"""The KafkaCluster CRD, offline: a valid apiextensions/v1 object, a structural schema with a
-description on every field, the contract's names, and validation where it belongs."""
+"""The CRDs (KafkaCluster, Topic), offline: valid apiextensions/v1 objects, structural
+schemas with a description on every field, the contract's names, and validation where it
+belongs."""
 
 from __future__ import annotations
 
@@ -10,15 +11,41 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from moldau.operator.resource import GROUP, KIND, PLURAL, SHORT_NAME, VERSION
+from moldau.operator.resource import (
+    GROUP,
+    KIND,
+    PLURAL,
+    SHORT_NAME,
+    TOPIC_KIND,
+    TOPIC_PLURAL,
+    TOPIC_SHORT_NAME,
+    VERSION,
+)
 
 KUBERNETES = "1.37.0"
-KAFKACLUSTER_CRD = Path(__file__).resolve().parents[2] / "crds" / "moldau.io_kafkaclusters.yaml"
+CRDS = Path(__file__).resolve().parents[2] / "crds"
+# (kind, plural, short name) of each CRD file.
+CONTRACT = {"moldau.io_kafkaclusters.yaml": (KIND, PLURAL, SHORT_NAME),
+            "moldau.io_topics.yaml": (TOPIC_KIND, TOPIC_PLURAL, TOPIC_SHORT_NAME)}
+
+
+def load(name: str) -> dict:
+    return yaml.safe_load((CRDS / name).read_text())
 
 
 @pytest.fixture(scope="module")
 def crd() -> dict:
-    return yaml.safe_load(KAFKACLUSTER_CRD.read_text())
+    return load("moldau.io_kafkaclusters.yaml")
+
+
+@pytest.fixture(scope="module")
+def topic_crd() -> dict:
+    return load("moldau.io_topics.yaml")
+
+
+@pytest.fixture(params=sorted(CONTRACT))
+def any_crd(request: pytest.FixtureRequest) -> tuple[str, dict]:
+    return request.param, load(request.param)
 
 
 def schema(crd: dict) -> dict:
@@ -36,20 +63,29 @@ def fields(node: dict, path: str = "") -> Iterator[tuple[str, dict]]:
         yield from fields(node["additionalProperties"], f"{path}{{}}")
 
 
-def test_is_a_valid_custom_resource_definition(crd: dict) -> None:
-    kubernetes_validate.validate(crd, KUBERNETES, strict=True)
+def test_every_crd_file_is_in_the_contract() -> None:
+    assert sorted(path.name for path in CRDS.glob("*.yaml")) == sorted(CONTRACT)
 
 
-def test_names_follow_the_contract(crd: dict) -> None:
+def test_is_a_valid_custom_resource_definition(any_crd: tuple[str, dict]) -> None:
+    kubernetes_validate.validate(any_crd[1], KUBERNETES, strict=True)
+
+
+def test_names_follow_the_contract(any_crd: tuple[str, dict]) -> None:
+    file, crd = any_crd
+    kind, plural, short = CONTRACT[file]
     names = crd["spec"]["names"]
-    assert crd["metadata"]["name"] == f"{PLURAL}.{GROUP}"
-    assert (crd["spec"]["group"], names["kind"], names["plural"]) == (GROUP, KIND, PLURAL)
-    assert names["shortNames"] == [SHORT_NAME]
+    assert crd["metadata"]["name"] == f"{plural}.{GROUP}"
+    assert (crd["spec"]["group"], names["kind"], names["plural"]) == (GROUP, kind, plural)
+    assert names["shortNames"] == [short]
+    assert names["categories"] == ["moldau"]
     assert crd["spec"]["scope"] == "Namespaced"
     assert [v["name"] for v in crd["spec"]["versions"]] == [VERSION]
 
 
-def test_every_field_has_a_type_and_a_description_for_kubectl_explain(crd: dict) -> None:
+def test_every_field_has_a_type_and_a_description_for_kubectl_explain(
+        any_crd: tuple[str, dict]) -> None:
+    crd = any_crd[1]
     missing = [path for path, node in fields(schema(crd))
                if path != ".metadata" and not node.get("description")]
     untyped = [path for path, node in fields(schema(crd))
@@ -82,3 +118,26 @@ def test_the_storage_class_and_roles_are_immutable_through_cel(crd: dict) -> Non
              ["x-kubernetes-validations"]]
     assert rules == ["self == oldSelf"]
     assert [v["rule"] for v in pool["roles"]["x-kubernetes-validations"]] == ["self == oldSelf"]
+
+
+def test_topic_status_is_a_subresource_with_strimzis_columns(topic_crd: dict) -> None:
+    version = topic_crd["spec"]["versions"][0]
+    assert version["subresources"] == {"status": {}}
+    columns = {c["name"]: c.get("jsonPath") for c in version["additionalPrinterColumns"]}
+    assert columns == {
+        "Cluster": ".metadata.labels.moldau\\.io/cluster", "Topic": ".status.topicName",
+        "Partitions": ".status.partitions", "Replicas": ".status.replicas",
+        "Ready": '.status.conditions[?(@.type=="Ready")].status',
+        "Age": ".metadata.creationTimestamp"}
+
+
+def test_topic_spec_is_checked_as_kafka_checks_it(topic_crd: dict) -> None:
+    spec = schema(topic_crd)["properties"]["spec"]["properties"]
+    assert set(spec) == {"topicName", "partitions", "replicas", "config"}
+    assert spec["topicName"]["pattern"] == "^[a-zA-Z0-9._-]+$"
+    assert spec["topicName"]["maxLength"] == 249
+    assert (spec["partitions"]["minimum"], spec["replicas"]["minimum"]) == (1, 1)
+    assert spec["config"]["additionalProperties"] == {"x-kubernetes-int-or-string": True}
+    # The topic a resource names never changes (the object's name when spec has none).
+    [rule] = schema(topic_crd)["x-kubernetes-validations"]
+    assert "oldSelf.metadata.name" in rule["rule"] and "self.spec.topicName" in rule["rule"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from moldau.operator.clusterstate import Assessment, Observed
 from moldau.operator.spec import parse_spec
 from moldau.operator.status import PodState, compose, invalid
+from moldau.operator.topics.reconciler import inventory
 
 SPEC = {"nodePools": [{"name": "dual", "roles": ["controller", "broker"], "replicas": 2,
                        "storage": {"size": "1Gi"}}],
@@ -56,3 +57,12 @@ def test_an_invalid_spec_is_failed_with_the_reason() -> None:
     assert status["phase"] == "Failed"
     assert status["conditions"][0]["reason"] == "InvalidSpec"
     assert status["conditions"][0]["message"] == "no node pool has the broker role"
+
+
+def test_the_topics_no_topic_resource_manages_are_counted_and_named() -> None:
+    found = inventory(["orders", "audit", "legacy-b", "legacy-a"], ["orders", "gone"], limit=2)
+    status = compose(CLUSTER, 3, BASES, PODS, SEEN, READY, None, {}, found)
+    assert status["topics"] == {"managed": 1, "unmanaged": 3,
+                                "unmanagedNames": ["audit", "legacy-a"]}
+    # Not read this time: the status does not say (the last one written stays).
+    assert "topics" not in compose(CLUSTER, 3, BASES, PODS, SEEN, READY, None, {})

@@ -47,11 +47,15 @@ class Assessment:
     message: str
 
 
-async def observe(bootstrap: Sequence[str], timeout: float = OBSERVE_TIMEOUT) -> Observed:
-    admin = AsyncAdmin({"bootstrap.servers": list(bootstrap),
-                        "default.api.timeout.ms": int(timeout * 1000),
-                        "request.timeout.ms": int(timeout * 1000),
-                        "client.id": "moldau-operator"})
+async def observe(bootstrap: Sequence[str], timeout: float = OBSERVE_TIMEOUT,
+                  admin: AsyncAdmin | None = None) -> Observed:
+    """Through `admin` (the cluster's shared client, left open) or a client of its own."""
+    own = admin is None
+    if admin is None:
+        admin = AsyncAdmin({"bootstrap.servers": list(bootstrap),
+                            "default.api.timeout.ms": int(timeout * 1000),
+                            "request.timeout.ms": int(timeout * 1000),
+                            "client.id": "moldau-operator"})
     try:
         await admin.start()
         cluster = await admin.describe_cluster(timeout=timeout)
@@ -60,7 +64,8 @@ async def observe(bootstrap: Sequence[str], timeout: float = OBSERVE_TIMEOUT) ->
         text = " ".join(str(exc).split()) or type(exc).__name__
         raise ObserveError(f"{','.join(bootstrap)}: {text}") from None
     finally:
-        await admin.close()
+        if own:
+            await admin.close()
     return Observed(cluster.cluster_id, frozenset(node.node_id for node in cluster.nodes),
                     quorum.leader_id, quorum.leader_epoch,
                     frozenset(v.replica_id for v in quorum.voters),

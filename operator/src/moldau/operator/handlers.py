@@ -1,5 +1,6 @@
 """kopf handlers of KafkaCluster: create, update, resume and a timer all run one reconcile
-(reconcile.py), one at a time per cluster; the status is patched only when it changed, so a
+(reconcile.py), one at a time per cluster, through the cluster's admin client that its Topic
+resources share (topic_handlers.py); the status is patched only when it changed, so a
 settled cluster writes nothing."""
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ from typing import Any
 import kopf
 from lightkube import AsyncClient
 
+from moldau.operator.conditions import status_changed
 from moldau.operator.metrics import RECONCILE_ERRORS, RECONCILE_SECONDS, RECONCILES
 from moldau.operator.reconcile import reconcile
-from moldau.operator.resource import FIELD_MANAGER, GROUP, PLURAL, VERSION
+from moldau.operator.resource import FIELD_MANAGER, FINALIZER, GROUP, PLURAL, VERSION
+from moldau.operator.topic_handlers import CLUSTER_CLIENTS, managed_topics
 
 RESYNC_SECONDS = 10.0
 # Kopf keeps its own bookkeeping in annotations under our prefix, never in the status.
@@ -31,6 +34,8 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         prefix=ANNOTATION_PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=ANNOTATION_PREFIX)
+    # Only Topic resources get one (their deletion handler): it names what holds them.
+    settings.persistence.finalizer = FINALIZER
     # Reconnect watches regularly, so an API server that went away is noticed.
     settings.watching.server_timeout = 60
     settings.watching.client_timeout = 90
@@ -41,11 +46,8 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 # process ends right after.
 
 
-def _status_changed(new: dict[str, Any], old: Any) -> bool:
-    return any(old.get(key) != value for key, value in new.items())
-
-
-async def _run(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger) -> None:
+async def _run(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger,
+               topic_claims: kopf.Index) -> None:
     meta = body["metadata"]
     key = (meta["namespace"], meta["name"])
     lock = _locks.setdefault(key, asyncio.Lock())
@@ -61,7 +63,8 @@ async def _run(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger) -> None:
             outcome = await reconcile(
                 _client, name=meta["name"], namespace=meta["namespace"], uid=meta["uid"],
                 generation=meta.get("generation", 0), spec=body.get("spec") or {},
-                previous=body.get("status") or {}, report=report)
+                previous=body.get("status") or {}, report=report, clients=CLUSTER_CLIENTS,
+                managed_topics=managed_topics(topic_claims, meta["namespace"], meta["name"]))
         except Exception as exc:
             RECONCILES.labels("error").inc()
             RECONCILE_ERRORS.labels(type(exc).__name__).inc()
@@ -73,7 +76,7 @@ async def _run(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger) -> None:
         if not outcome.ready and outcome.reason in ("InvalidSpec", "ApplyFailed"):
             RECONCILE_ERRORS.labels(outcome.reason).inc()
         old = body.get("status") or {}
-        if _status_changed(outcome.status, old):
+        if status_changed(outcome.status, old):
             if outcome.reason in ("InvalidSpec", "ApplyFailed") and \
                     old.get("observedGeneration") != outcome.status["observedGeneration"]:
                 ready = outcome.status["conditions"][0]
@@ -85,13 +88,14 @@ async def _run(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger) -> None:
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
 async def on_change(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger,
-                    **_: Any) -> None:
-    await _run(body, patch, logger)
+                    topic_claims: kopf.Index, **_: Any) -> None:
+    await _run(body, patch, logger, topic_claims)
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=RESYNC_SECONDS, initial_delay=RESYNC_SECONDS)
-async def resync(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger, **_: Any) -> None:
-    await _run(body, patch, logger)
+async def resync(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger,
+                 topic_claims: kopf.Index, **_: Any) -> None:
+    await _run(body, patch, logger, topic_claims)
 
 
 def _timers_without_finalizer(registry: kopf.OperatorRegistry) -> None:

@@ -1,5 +1,5 @@
-"""Run the operator: kopf's event loop for the KafkaCluster handlers, and the HTTP server of
-/metrics and /healthz beside it."""
+"""Run the operator: kopf's event loop for the KafkaCluster and Topic handlers, and the HTTP
+server of /metrics and /healthz beside it."""
 
 from __future__ import annotations
 
@@ -36,9 +36,13 @@ def peer_priority() -> int:
     return PRIORITY_CEILING_US - time.time_ns() // 1000
 
 
-async def _main(namespaces: list[str], http_port: int, standalone: bool) -> int:
+async def _main(namespaces: list[str], http_port: int, standalone: bool,
+                topic_deletion_timeout: float) -> int:
     # The handlers register themselves with kopf on import.
     import moldau.operator.handlers  # noqa: F401
+    from moldau.operator.topic_handlers import configure_topics
+
+    configure_topics(deletion_timeout=topic_deletion_timeout)
 
     stop = asyncio.Event()
     # A peering name makes kopf wait for its peering resources: only when peering is on.
@@ -57,8 +61,8 @@ async def _main(namespaces: list[str], http_port: int, standalone: bool) -> int:
               file=sys.stderr)
         return 1
     where = ", ".join(namespaces) if namespaces else "every namespace"
-    log.info("watching KafkaCluster resources in %s; /metrics and /healthz on port %d",
-             where, http_port)
+    log.info("watching KafkaCluster and Topic resources in %s; /metrics and /healthz on "
+             "port %d", where, http_port)
     if not standalone:
         log.info("peering %r with priority %d", PEERING_NAME, priority)
     try:
@@ -80,7 +84,8 @@ def _kubernetes_config_problem() -> str | None:
     return None
 
 
-def run(*, namespaces: list[str], http_port: int, standalone: bool, log_level: str) -> int:
+def run(*, namespaces: list[str], http_port: int, standalone: bool, log_level: str,
+        topic_deletion_timeout: float) -> int:
     problem = _kubernetes_config_problem()
     if problem:
         print(f"moldau operator: no Kubernetes configuration: {problem} (set KUBECONFIG, or "
@@ -91,6 +96,6 @@ def run(*, namespaces: list[str], http_port: int, standalone: bool, log_level: s
     # One line per API request is too much below DEBUG.
     logging.getLogger("httpx2").setLevel(max(logging.WARNING, logging.getLogger().level))
     try:
-        return asyncio.run(_main(namespaces, http_port, standalone))
+        return asyncio.run(_main(namespaces, http_port, standalone, topic_deletion_timeout))
     except KeyboardInterrupt:
         return 0

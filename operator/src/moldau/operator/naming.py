@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from moldau.operator.resource import CLUSTER_LABEL
 from moldau.operator.spec import ClusterSpec, NodePool
 
 # Each pool owns node ids base .. base+NODE_ID_BLOCK-1 (the CRD caps replicas below this).
 NODE_ID_BLOCK = 100
-CLUSTER_LABEL = "moldau.io/cluster"
 POOL_LABEL = "moldau.io/pool"
 # On pods of pools with the broker role: the bootstrap Service selects them.
 BROKER_LABEL = "moldau.io/broker"
@@ -30,6 +30,12 @@ def headless_service(cluster: ClusterSpec) -> str:
 
 def bootstrap_service(cluster: ClusterSpec) -> str:
     return f"{cluster.name}-bootstrap"
+
+
+def bootstrap_servers(name: str, namespace: str, ports: Iterable[int]) -> list[str]:
+    """host:port of a cluster's bootstrap Service on each of the given (internal
+    listeners') ports."""
+    return [f"{name}-bootstrap.{namespace}.svc:{port}" for port in ports]
 
 
 def statefulset(cluster: ClusterSpec, pool: NodePool) -> str:

@@ -5,7 +5,7 @@ its config changed, and compose the status. Each step is safe to run again."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +13,7 @@ from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Pod, Service
 
+from moldau.client.errors import KafkaError
 from moldau.operator import naming, services, status
 from moldau.operator.apply import ApplyError, Change, apply_all
 from moldau.operator.clusterstate import Expected, Observed, ObserveError, assess, observe
@@ -21,6 +22,8 @@ from moldau.operator.objects import desired_objects, owner_reference, with_owner
 from moldau.operator.resource import BROKER_IMAGE_ENV, DEFAULT_BROKER_IMAGE
 from moldau.operator.rolling import RunningPod, next_step
 from moldau.operator.spec import ClusterSpec, SpecError, parse_spec
+from moldau.operator.topics.clients import ClusterClient, ClusterClients
+from moldau.operator.topics.reconciler import Inventory
 from moldau.operator.workloads import CONFIG_HASH_ANNOTATION
 
 # (reason, message, warning?) -> a Kubernetes Event on the KafkaCluster.
@@ -44,9 +47,9 @@ def known_bases(previous: Mapping[str, Any]) -> dict[str, int]:
 
 
 def bootstrap_servers(cluster: ClusterSpec) -> list[str]:
-    service = f"{naming.bootstrap_service(cluster)}.{cluster.namespace}.svc"
-    return [f"{service}:{listener.port}" for listener in cluster.listeners
-            if not listener.external]
+    return naming.bootstrap_servers(cluster.name, cluster.namespace,
+                                    [listener.port for listener in cluster.listeners
+                                     if not listener.external])
 
 
 def _is_ready(pod: Pod) -> bool:
@@ -85,9 +88,19 @@ def _running(cluster: ClusterSpec, bases: Mapping[str, int], pods: Mapping[str, 
     return running
 
 
+async def _inventory(topics: ClusterClient, managed: Collection[str]) -> Inventory | None:
+    try:
+        return await topics.reconciler.inventory(managed)
+    except (KafkaError, OSError):
+        return None
+
+
 async def reconcile(client: AsyncClient, *, name: str, namespace: str, uid: str,
                     generation: int, spec: Mapping[str, Any], previous: Mapping[str, Any],
-                    report: Report) -> Outcome:
+                    report: Report, clients: ClusterClients | None = None,
+                    managed_topics: Collection[str] = ()) -> Outcome:
+    """`clients` gives the cluster's shared admin client (else one is made per read), and
+    with it the status lists the topics no Topic resource (`managed_topics`) manages."""
     try:
         cluster = parse_spec(name, namespace, spec, default_image())
     except SpecError as exc:
@@ -113,10 +126,15 @@ async def reconcile(client: AsyncClient, *, name: str, namespace: str, uid: str,
 
     observed: Observed | None = None
     error = None
+    bootstrap = bootstrap_servers(cluster)
+    topics = await clients.get((namespace, name), name, bootstrap) if clients else None
     try:
-        observed = await observe(bootstrap_servers(cluster))
+        observed = await observe(bootstrap, admin=topics.admin if topics else None)
     except ObserveError as exc:
         error = str(exc)
+    inventory = None
+    if observed is not None and topics is not None:
+        inventory = await _inventory(topics, managed_topics)
     expected = Expected(status.node_ids(cluster, bases, broker=True),
                         status.node_ids(cluster, bases, broker=False))
     verdict = assess(expected, observed, error)
@@ -141,5 +159,6 @@ async def reconcile(client: AsyncClient, *, name: str, namespace: str, uid: str,
     pod_states = {pod_name: status.PodState(pod_name, _is_ready(pod))
                   for pod_name, pod in pods.items()}
     composed = status.compose(cluster, generation, bases, pod_states, observed, verdict,
-                              rolling, previous, external.bootstrap if external else {})
+                              rolling, previous, inventory,
+                              external.bootstrap if external else {})
     return Outcome(composed, verdict.ready, verdict.reason)

@@ -1,4 +1,5 @@
-"""The KafkaCluster custom resource: its API coordinates and the operator's identity."""
+"""The custom resources (KafkaCluster, Topic): their API coordinates, labels and
+annotations, and the operator's identity."""
 
 from __future__ import annotations
 
@@ -13,3 +14,13 @@ FIELD_MANAGER = "moldau-operator"
 PEERING_NAME = "moldau"
 BROKER_IMAGE_ENV = "MOLDAU_BROKER_IMAGE"
 DEFAULT_BROKER_IMAGE = "localhost/moldau-broker:0.1.0"
+
+# The Topic resource: a Kafka topic of the KafkaCluster its label names.
+TOPIC_KIND = "Topic"
+TOPIC_PLURAL = "topics"
+TOPIC_SHORT_NAME = "mkt"
+# As Strimzi's strimzi.io/cluster and strimzi.io/managed.
+CLUSTER_LABEL = "moldau.io/cluster"
+MANAGED_ANNOTATION = "moldau.io/managed"
+# Holds a Topic until its Kafka topic is deleted (or the cluster is gone or unreachable).
+FINALIZER = "moldau.io/topic-operator"

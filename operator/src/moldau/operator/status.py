@@ -4,14 +4,15 @@ state, and each pool's node id range (which keeps node ids stable)."""
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from moldau.operator import naming
 from moldau.operator.clusterstate import Assessment, Observed
+from moldau.operator.conditions import condition, now
 from moldau.operator.spec import ClusterSpec
+from moldau.operator.topics.reconciler import Inventory
 
 CONDITION_TYPES = ("Ready", "Reconciling", "Degraded")
 
@@ -64,23 +65,21 @@ def nodes(cluster: ClusterSpec, bases: Mapping[str, int], pods: Mapping[str, Pod
     return result
 
 
-def _condition(kind: str, status: bool, reason: str, message: str,
-               previous: Sequence[Mapping[str, Any]], now: str) -> dict[str, Any]:
-    """lastTransitionTime moves only when the status flips, so a settled cluster's status
-    does not change."""
-    text = "True" if status else "False"
-    old = next((c for c in previous if c.get("type") == kind), None)
-    since = old["lastTransitionTime"] if old and old.get("status") == text else now
-    return {"type": kind, "status": text, "reason": reason, "message": message,
-            "lastTransitionTime": since}
+def topics(found: Inventory) -> dict[str, Any]:
+    """The cluster's topics: how many Topic resources manage, and those made elsewhere."""
+    return {"managed": found.managed, "unmanaged": found.unmanaged,
+            "unmanagedNames": list(found.unmanaged_names)}
 
 
 def compose(cluster: ClusterSpec, generation: int, bases: Mapping[str, int],
             pods: Mapping[str, PodState], observed: Observed | None, verdict: Assessment,
             rolling: str | None, previous: Mapping[str, Any],
+            inventory: Inventory | None = None,
             external: Mapping[str, Sequence[str]] | None = None) -> dict[str, Any]:
-    """The whole status. `rolling` names what the operator is still changing, if anything."""
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """The whole status. `rolling` names what the operator is still changing, if anything;
+    `inventory` the cluster's topics, when read; `external` the external listeners'
+    addresses known so far."""
+    at = now()
     old = previous.get("conditions") or []
     brokers = node_ids(cluster, bases, broker=True)
     ready_brokers = sum(1 for node in nodes(cluster, bases, pods, observed)
@@ -101,12 +100,12 @@ def compose(cluster: ClusterSpec, generation: int, bases: Mapping[str, int],
         "nodePools": [{"name": name, "nodeIdBase": base} for name, base in sorted(
             bases.items(), key=lambda item: item[1])],
         "conditions": [
-            _condition("Ready", verdict.ready, verdict.reason, verdict.message, old, now),
-            _condition("Reconciling", rolling is not None,
+            condition("Ready", verdict.ready, verdict.reason, verdict.message, old, at),
+            condition("Reconciling", rolling is not None,
                        "Rolling" if rolling else "Settled", rolling or "nothing to change",
-                       old, now),
-            _condition("Degraded", degraded, verdict.reason if degraded else "AsDesired",
-                       verdict.message if degraded else "every node as desired", old, now),
+                       old, at),
+            condition("Degraded", degraded, verdict.reason if degraded else "AsDesired",
+                       verdict.message if degraded else "every node as desired", old, at),
         ],
     }
     if observed is not None:
@@ -115,15 +114,17 @@ def compose(cluster: ClusterSpec, generation: int, bases: Mapping[str, int],
                             "voters": sorted(observed.voters)}
     elif previous.get("clusterId"):
         status["clusterId"] = previous["clusterId"]
+    if inventory is not None:
+        status["topics"] = topics(inventory)
     return status
 
 
 def invalid(generation: int, reason: str, message: str, previous: Mapping[str, Any]
             ) -> dict[str, Any]:
     """The status of a spec that cannot run: Ready False with the reason, nothing applied."""
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    at = now()
     old = previous.get("conditions") or []
     return {"phase": "Failed", "observedGeneration": generation, "conditions": [
-        _condition("Ready", False, reason, message, old, now),
-        _condition("Reconciling", False, reason, "waiting for a spec that can run", old, now),
-        _condition("Degraded", False, reason, message, old, now)]}
+        condition("Ready", False, reason, message, old, at),
+        condition("Reconciling", False, reason, "waiting for a spec that can run", old, at),
+        condition("Degraded", False, reason, message, old, at)]}

@@ -67,6 +67,8 @@ from moldau.errors import ErrorCode
 log = logging.getLogger("moldau.client.admin")
 
 T = TypeVar("T")
+K = TypeVar("K")
+V = TypeVar("V")
 _ZERO_UUID = uuid.UUID(int=0)
 _ELECT_LEADERS = ApiKey.ELECT_LEADERS
 _ALTER_PARTITION_REASSIGNMENTS = ApiKey.ALTER_PARTITION_REASSIGNMENTS
@@ -91,10 +93,8 @@ class _Retry(Exception):
         self.error = error
 
 
-def _check(code: int, message: str | None, what: str) -> None:
-    """Raise for a non-zero error code: _Retry for the retry set, else the typed error."""
-    if code == ErrorCode.none:
-        return
+def _error(code: int, message: str | None, what: str) -> KafkaError:
+    """The typed error of a non-zero error code, its message naming `what` it is about."""
     error_code = ErrorCode(code)
     if not message:
         text = f"{what}: {error_code.name.upper()}"
@@ -102,10 +102,32 @@ def _check(code: int, message: str | None, what: str) -> None:
         text = message  # the broker's message already names the resource
     else:
         text = f"{what}: {message}"
-    error = error_for(error_code, text)
-    if error_code in _RETRY_ERRORS:
+    return error_for(error_code, text)
+
+
+def _check(code: int, message: str | None, what: str) -> None:
+    """Raise for a non-zero error code: _Retry for the retry set, else the typed error."""
+    if code == ErrorCode.none:
+        return
+    error = _error(code, message, what)
+    if error.code in _RETRY_ERRORS:
         raise _Retry(error)
     raise error
+
+
+def _raise_first(outcomes: Mapping[Any, object]) -> None:
+    """The raising face of a per-item call: the first item's error, if any failed."""
+    for outcome in outcomes.values():
+        if isinstance(outcome, KafkaError):
+            raise outcome
+
+
+def _topic_what(name: str) -> str:
+    return f"Topic '{name}'"
+
+
+# One item's answer in a batch response: its key, error code and message, and its value.
+Answer = tuple[K, int, str | None, V]
 
 
 class AsyncAdmin:
@@ -159,6 +181,9 @@ class AsyncAdmin:
 
     def _deadline(self, timeout: float | None) -> float:
         return time.monotonic() + (self.default_timeout if timeout is None else timeout)
+
+    def _timeout_ms(self, timeout: float | None) -> int:
+        return round((self.default_timeout if timeout is None else timeout) * 1000)
 
     def _timed_out(self, name: str, started: float, last_error: BaseException | None
                    ) -> KafkaTimeoutError:
@@ -250,6 +275,58 @@ class AsyncAdmin:
             log.debug("%s: retrying in %.3f s after %s", name, pause, last_error)
             await asyncio.sleep(pause)
 
+    async def _call_each(self, name: str, target: Callable[[float], Awaitable[int]],
+                         api_key: int, keys: Sequence[K],
+                         body: Callable[[Sequence[K]], Mapping[str, Any]],
+                         answers: Callable[[Any], Iterable[Answer[K, V]]],
+                         what: Callable[[K], str], *, timeout: float | None = None
+                         ) -> dict[K, V | KafkaError]:
+        """One request carrying many items (topics, partitions, resources), each with its
+        own answer: the value, or its error, returned rather than raised. Items that get a
+        retriable error are sent again, alone, until the deadline; the others keep their
+        answer. A failure of the whole request (no broker, a top-level error) raises."""
+        deadline = self._deadline(timeout)
+        started = time.monotonic()
+        out: dict[K, V | KafkaError] = {}
+        last: dict[K, KafkaError] = {}
+        pending = list(dict.fromkeys(keys))
+        attempts = 0
+        while pending:
+            answered = await self._call(
+                name, target, api_key, body(pending),
+                lambda response, _node: list(answers(response)),
+                timeout=max(deadline - time.monotonic(), 0.001))
+            wanted = set(pending)
+            retry = []
+            for key, code, message, value in answered:
+                if key not in wanted:
+                    continue
+                wanted.discard(key)
+                if code == ErrorCode.none:
+                    out[key] = value
+                    continue
+                error = _error(code, message, what(key))
+                if error.code in _RETRY_ERRORS:
+                    retry.append(key)
+                    last[key] = error
+                else:
+                    out[key] = error
+            for key in wanted:  # a broker that left an item out of its answer
+                out[key] = error_for(ErrorCode.unknown_server_error,
+                                     f"{what(key)}: missing from the {name} response")
+            pending = retry
+            if not pending:
+                break
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                for key in pending:
+                    out[key] = self._timed_out(name, started, last[key])
+                break
+            self.metadata.request_update()
+            await asyncio.sleep(min(self._backoff.backoff(attempts), remaining))
+            attempts += 1
+        return {key: out[key] for key in dict.fromkeys(keys)}
+
     def _any(self, name: str) -> Callable[[float], Awaitable[int]]:
         return lambda deadline: self._least_loaded(deadline, name)
 
@@ -289,31 +366,47 @@ class AsyncAdmin:
 
     # -------------------------------------------------------------------------- topics
 
+    @staticmethod
+    def _new_topic(topic: NewTopic) -> dict[str, Any]:
+        assigned = bool(topic.replica_assignment)
+        return {
+            "name": topic.name,
+            "num_partitions": -1 if assigned or topic.num_partitions is None
+            else topic.num_partitions,
+            "replication_factor": -1 if assigned or topic.replication_factor is None
+            else topic.replication_factor,
+            "assignments": [{"partition_index": p, "broker_ids": list(ids)}
+                            for p, ids in (topic.replica_assignment or {}).items()],
+            "configs": [{"name": k, "value": v} for k, v in topic.configs.items()],
+        }
+
+    async def create_topics_each(self, new_topics: Iterable[NewTopic], *,
+                                 validate_only: bool = False, timeout: float | None = None
+                                 ) -> dict[str, KafkaError | None]:
+        """Create topics with one request; per topic None when created, else its error
+        (TopicAlreadyExistsError, InvalidConfigError, ...), returned, not raised."""
+        topics = {t.name: t for t in new_topics}
+        if not topics:
+            return {}
+        timeout_ms = self._timeout_ms(timeout)
+
+        def body(names: Sequence[str]) -> dict[str, Any]:
+            return {"topics": [self._new_topic(topics[n]) for n in names],
+                    "timeout": timeout_ms, "validate_only": validate_only}
+
+        def answers(response: Any) -> Iterable[Answer[str, None]]:
+            return ((r.name, r.error_code, getattr(r, "error_message", None), None)
+                    for r in response.topics)
+
+        return await self._call_each("createTopics", self._to_controller("createTopics"),
+                                     ApiKey.CREATE_TOPICS, list(topics), body, answers,
+                                     _topic_what, timeout=timeout)
+
     async def create_topics(self, new_topics: Iterable[NewTopic], *, validate_only: bool = False,
                             timeout: float | None = None) -> None:
         """Create topics; raises the first error (e.g. TopicAlreadyExistsError)."""
-        topics = list(new_topics)
-        if not topics:
-            return
-        timeout_ms = round((self.default_timeout if timeout is None else timeout) * 1000)
-        body = {"topics": [{
-            "name": t.name,
-            "num_partitions": -1 if t.replica_assignment or t.num_partitions is None
-            else t.num_partitions,
-            "replication_factor": -1 if t.replica_assignment or t.replication_factor is None
-            else t.replication_factor,
-            "assignments": [{"partition_index": p, "broker_ids": list(ids)}
-                            for p, ids in (t.replica_assignment or {}).items()],
-            "configs": [{"name": k, "value": v} for k, v in t.configs.items()],
-        } for t in topics], "timeout": timeout_ms, "validate_only": validate_only}
-
-        def handle(response: Any, _node: int) -> None:
-            for result in response.topics:
-                _check(result.error_code, getattr(result, "error_message", None),
-                       f"Topic '{result.name}'")
-
-        await self._call("createTopics", self._to_controller("createTopics"),
-                         ApiKey.CREATE_TOPICS, body, handle, timeout=timeout)
+        _raise_first(await self.create_topics_each(new_topics, validate_only=validate_only,
+                                                   timeout=timeout))
 
     async def create_topic(self, name: str, num_partitions: int | None = None,
                            replication_factor: int | None = None,
@@ -322,30 +415,42 @@ class AsyncAdmin:
         await self.create_topics([NewTopic(name, num_partitions, replication_factor,
                                            dict(configs or {}))], timeout=timeout)
 
+    async def delete_topics_each(self, names: Iterable[str], *, timeout: float | None = None
+                                 ) -> dict[str, KafkaError | None]:
+        """Delete topics with one request; per topic None when deleted, else its error
+        (UnknownTopicOrPartitionError, TopicDeletionDisabledError, ...)."""
+        names = list(dict.fromkeys(names))
+        if not names:
+            return {}
+        timeout_ms = self._timeout_ms(timeout)
+
+        def body(batch: Sequence[str]) -> dict[str, Any]:
+            return {"topic_names": list(batch), "timeout": timeout_ms,
+                    "topics": [{"name": n, "topic_id": _ZERO_UUID} for n in batch]}
+
+        def answers(response: Any) -> Iterable[Answer[str, None]]:
+            return ((r.name, r.error_code, getattr(r, "error_message", None), None)
+                    for r in response.responses)
+
+        return await self._call_each("deleteTopics", self._to_controller("deleteTopics"),
+                                     ApiKey.DELETE_TOPICS, names, body, answers, _topic_what,
+                                     timeout=timeout)
+
     async def delete_topics(self, names: Iterable[str], *,
                             timeout: float | None = None) -> None:
-        names = list(names)
-        if not names:
-            return
-        timeout_ms = round((self.default_timeout if timeout is None else timeout) * 1000)
-        body = {"topic_names": names, "topics": [{"name": n, "topic_id": _ZERO_UUID}
-                                                  for n in names], "timeout": timeout_ms}
+        _raise_first(await self.delete_topics_each(names, timeout=timeout))
 
-        def handle(response: Any, _node: int) -> None:
-            for result in response.responses:
-                _check(result.error_code, getattr(result, "error_message", None),
-                       f"Topic '{result.name}'")
-
-        await self._call("deleteTopics", self._to_controller("deleteTopics"),
-                         ApiKey.DELETE_TOPICS, body, handle, timeout=timeout)
-
-    async def _topic_metadata(self, names: list[str] | None, name: str,
-                              timeout: float | None) -> Any:
-        body = {"topics": None if names is None else [{"name": n} for n in names],
+    @staticmethod
+    def _metadata_body(names: Sequence[str] | None) -> dict[str, Any]:
+        return {"topics": None if names is None else [{"name": n} for n in names],
                 "allow_auto_topic_creation": False,
                 "include_cluster_authorized_operations": False,
                 "include_topic_authorized_operations": False}
-        return await self._call(name, self._any(name), ApiKey.METADATA, body,
+
+    async def _topic_metadata(self, names: list[str] | None, name: str,
+                              timeout: float | None) -> Any:
+        return await self._call(name, self._any(name), ApiKey.METADATA,
+                                self._metadata_body(names),
                                 lambda response, _node: response, timeout=timeout)
 
     async def list_topics(self, *, include_internal: bool = False,
@@ -356,59 +461,91 @@ class AsyncAdmin:
         return sorted(t.name for t in response.topics if t.error_code == ErrorCode.none
                       and (include_internal or not t.is_internal))
 
-    async def describe_topics(self, names: Iterable[str] | None = None, *,
-                              timeout: float | None = None) -> dict[str, TopicDescription]:
-        """Partitions with leader, replicas and ISR per topic (all topics when None).
-        Raises UnknownTopicOrPartitionError for a topic that does not exist."""
-        wanted = None if names is None else list(names)
-        response = await self._topic_metadata(wanted, "describeTopics", timeout)
+    @staticmethod
+    def _descriptions(response: Any) -> Iterable[Answer[str, TopicDescription | None]]:
+        """Each topic of a Metadata response: its error, or its description."""
         nodes = {b.node_id: Node(b.node_id, b.host, b.port, b.rack) for b in response.brokers}
-        out: dict[str, TopicDescription] = {}
         for topic in response.topics:
             if topic.error_code != ErrorCode.none:
-                code = ErrorCode(topic.error_code)
-                if code is ErrorCode.unknown_topic_or_partition:
-                    raise error_for(code, f"Topic '{topic.name}' does not exist")
-                raise error_for(code, f"Topic '{topic.name}': {code.name.upper()}")
+                missing = topic.error_code == ErrorCode.unknown_topic_or_partition
+                yield (topic.name, topic.error_code,
+                       f"Topic '{topic.name}' does not exist" if missing else None, None)
+                continue
             topic_id = getattr(topic, "topic_id", None)
             partitions = tuple(sorted((PartitionDescription(
                 p.partition_index, nodes.get(p.leader_id), p.leader_id,
                 getattr(p, "leader_epoch", -1), tuple(p.replica_nodes), tuple(p.isr_nodes),
                 tuple(getattr(p, "offline_replicas", ()))) for p in topic.partitions),
                 key=lambda p: p.partition))
-            out[topic.name] = TopicDescription(
+            yield topic.name, ErrorCode.none, None, TopicDescription(
                 topic.name, None if topic_id in (None, _ZERO_UUID) else topic_id,
                 bool(topic.is_internal), partitions)
-        if wanted is not None:
-            return {n: out[n] for n in wanted if n in out}
+
+    async def describe_topics_each(self, names: Iterable[str], *,
+                                   timeout: float | None = None
+                                   ) -> dict[str, TopicDescription | KafkaError]:
+        """Per topic, with one Metadata request: its description, or its error
+        (UnknownTopicOrPartitionError for a topic that does not exist)."""
+        wanted = list(dict.fromkeys(names))
+        if not wanted:
+            return {}
+        found = await self._call_each(
+            "describeTopics", self._any("describeTopics"), ApiKey.METADATA, wanted,
+            self._metadata_body, self._descriptions, _topic_what, timeout=timeout)
+        return {name: value for name, value in found.items() if value is not None}
+
+    async def describe_topics(self, names: Iterable[str] | None = None, *,
+                              timeout: float | None = None) -> dict[str, TopicDescription]:
+        """Partitions with leader, replicas and ISR per topic (all topics when None).
+        Raises UnknownTopicOrPartitionError for a topic that does not exist."""
+        if names is not None:
+            found = await self.describe_topics_each(names, timeout=timeout)
+            _raise_first(found)
+            return {name: value for name, value in found.items()
+                    if isinstance(value, TopicDescription)}
+        response = await self._topic_metadata(None, "describeTopics", timeout)
+        out: dict[str, TopicDescription] = {}
+        for name, code, message, description in self._descriptions(response):
+            if code != ErrorCode.none:
+                raise _error(code, message, _topic_what(name))
+            assert description is not None
+            out[name] = description
         return dict(sorted(out.items()))
+
+    async def create_partitions_each(self, new_partitions: Mapping[str, NewPartitions | int],
+                                     *, validate_only: bool = False,
+                                     timeout: float | None = None
+                                     ) -> dict[str, KafkaError | None]:
+        """Grow topics with one request; per topic None when grown, else its error
+        (InvalidPartitionsError for a count that is not an increase, ...)."""
+        if not new_partitions:
+            return {}
+        specs = {topic: NewPartitions(spec) if isinstance(spec, int) else spec
+                 for topic, spec in new_partitions.items()}
+        timeout_ms = self._timeout_ms(timeout)
+
+        def body(names: Sequence[str]) -> dict[str, Any]:
+            return {"topics": [{"name": n, "count": specs[n].total_count,
+                                "assignments": None if specs[n].assignments is None else
+                                [{"broker_ids": list(ids)} for ids in specs[n].assignments]}
+                               for n in names],
+                    "timeout": timeout_ms, "validate_only": validate_only}
+
+        def answers(response: Any) -> Iterable[Answer[str, None]]:
+            return ((r.name, r.error_code, r.error_message, None) for r in response.results)
+
+        return await self._call_each("createPartitions",
+                                     self._to_controller("createPartitions"),
+                                     ApiKey.CREATE_PARTITIONS, list(specs), body, answers,
+                                     _topic_what, timeout=timeout)
 
     async def create_partitions(self, new_partitions: Mapping[str, NewPartitions | int], *,
                                 validate_only: bool = False,
                                 timeout: float | None = None) -> None:
-        if not new_partitions:
-            return
-        timeout_ms = round((self.default_timeout if timeout is None else timeout) * 1000)
-        topics = []
-        for topic, spec in new_partitions.items():
-            if isinstance(spec, int):
-                spec = NewPartitions(spec)
-            topics.append({"name": topic, "count": spec.total_count,
-                           "assignments": None if spec.assignments is None else
-                           [{"broker_ids": list(ids)} for ids in spec.assignments]})
-        body = {"topics": topics, "timeout": timeout_ms, "validate_only": validate_only}
-
-        def handle(response: Any, _node: int) -> None:
-            for result in response.results:
-                _check(result.error_code, result.error_message, f"Topic '{result.name}'")
-
-        await self._call("createPartitions", self._to_controller("createPartitions"),
-                         ApiKey.CREATE_PARTITIONS, body, handle, timeout=timeout)
+        _raise_first(await self.create_partitions_each(
+            new_partitions, validate_only=validate_only, timeout=timeout))
 
     # -------------------------------------------------------------------------- replicas
-
-    def _timeout_ms(self, timeout: float | None) -> int:
-        return round((self.default_timeout if timeout is None else timeout) * 1000)
 
     async def elect_leaders(self, election_type: ElectionType | int,
                             partitions: Iterable[TopicPartition] | None = None, *,
@@ -443,37 +580,48 @@ class AsyncAdmin:
         return await self._call("electLeaders", self._to_controller("electLeaders"),
                                 _ELECT_LEADERS, body, handle, timeout=timeout)
 
+    async def alter_partition_reassignments_each(
+            self, reassignments: Mapping[TopicPartition, Sequence[int] | None], *,
+            timeout: float | None = None) -> dict[TopicPartition, KafkaError | None]:
+        """Move partitions to target replicas (KIP-455), or cancel a partition's ongoing
+        move with None, with one request. Per partition None when the controller has
+        started (or cancelled) the move, else its error (InvalidReplicaAssignmentError,
+        NoReassignmentInProgressError, ...). New replicas then catch up, and each move
+        completes when its target is in sync (see list_partition_reassignments)."""
+        if not reassignments:
+            return {}
+        timeout_ms = self._timeout_ms(timeout)
+
+        def body(partitions: Sequence[TopicPartition]) -> dict[str, Any]:
+            topics: dict[str, list[dict[str, Any]]] = {}
+            for tp in partitions:
+                target = reassignments[tp]
+                topics.setdefault(tp.topic, []).append(
+                    {"partition_index": tp.partition,
+                     "replicas": None if target is None else list(target)})
+            return {"timeout": timeout_ms,
+                    "topics": [{"name": topic, "partitions": parts}
+                               for topic, parts in topics.items()]}
+
+        def answers(response: Any) -> Iterable[Answer[TopicPartition, None]]:
+            _check(response.error_code, response.error_message, "alterPartitionReassignments")
+            return ((TopicPartition(topic.name, p.partition_index), p.error_code,
+                     p.error_message, None)
+                    for topic in response.responses for p in topic.partitions)
+
+        return await self._call_each(
+            "alterPartitionReassignments", self._to_controller("alterPartitionReassignments"),
+            _ALTER_PARTITION_REASSIGNMENTS, list(reassignments), body, answers,
+            lambda tp: f"Partition {tp.topic}-{tp.partition}", timeout=timeout)
+
     async def alter_partition_reassignments(
             self, reassignments: Mapping[TopicPartition, Sequence[int] | None], *,
             timeout: float | None = None) -> None:
-        """Move partitions to target replicas (KIP-455), or cancel a partition's ongoing
-        move with None. Returns once the controller has started (or cancelled) them: new
-        replicas then catch up, and each move completes when its target is in sync (see
-        list_partition_reassignments). Raises the first error, e.g.
-        InvalidReplicaAssignmentError or NoReassignmentInProgressError; the other partitions
-        of the call are changed all the same."""
-        if not reassignments:
-            return
-        topics: dict[str, list[dict[str, Any]]] = {}
-        for tp, target in reassignments.items():
-            topics.setdefault(tp.topic, []).append(
-                {"partition_index": tp.partition,
-                 "replicas": None if target is None else list(target)})
-        body = {"timeout": self._timeout_ms(timeout),
-                "topics": [{"name": topic, "partitions": parts}
-                           for topic, parts in topics.items()]}
-
-        def handle(response: Any, _node: int) -> None:
-            _check(response.error_code, response.error_message,
-                   "alterPartitionReassignments")
-            for topic in response.responses:
-                for p in topic.partitions:
-                    _check(p.error_code, p.error_message,
-                           f"Partition {topic.name}-{p.partition_index}")
-
-        await self._call("alterPartitionReassignments",
-                         self._to_controller("alterPartitionReassignments"),
-                         _ALTER_PARTITION_REASSIGNMENTS, body, handle, timeout=timeout)
+        """As alter_partition_reassignments_each, raising the first error (e.g.
+        InvalidReplicaAssignmentError or NoReassignmentInProgressError); the other
+        partitions of the call are changed all the same."""
+        _raise_first(await self.alter_partition_reassignments_each(reassignments,
+                                                                   timeout=timeout))
 
     async def list_partition_reassignments(
             self, partitions: Iterable[TopicPartition] | None = None, *,
@@ -497,68 +645,122 @@ class AsyncAdmin:
 
     # -------------------------------------------------------------------------- configs
 
-    def _config_target(self, resource: ConfigResource, name: str
-                       ) -> Callable[[float], Awaitable[int]]:
-        if resource.type in (ResourceType.BROKER, ResourceType.BROKER_LOGGER) and \
-                resource.name:
-            return self._to_broker(int(resource.name), name)
-        return self._any(name)
+    def _by_config_target(self, resources: Iterable[ConfigResource], name: str
+                          ) -> list[tuple[Callable[[float], Awaitable[int]],
+                                          list[ConfigResource]]]:
+        """Resources grouped by the node that answers for them: a broker's own settings
+        by that broker, everything else (topics, groups, cluster defaults) by any one, in
+        one request."""
+        groups: dict[str, list[ConfigResource]] = {}
+        for resource in dict.fromkeys(resources):
+            per_broker = resource.type in (ResourceType.BROKER, ResourceType.BROKER_LOGGER) \
+                and resource.name
+            groups.setdefault(resource.name if per_broker else "", []).append(resource)
+        return [(self._to_broker(int(node), name) if node else self._any(name), members)
+                for node, members in groups.items()]
+
+    @staticmethod
+    def _config_key(resources: Iterable[ConfigResource]
+                    ) -> Callable[[int, str], ConfigResource | None]:
+        """A response entry's (type, name) back to the resource that was asked for."""
+        asked = {(int(r.type), r.name): r for r in resources}
+        return lambda kind, name: asked.get((kind, name))
+
+    @staticmethod
+    def _config_what(resource: ConfigResource) -> str:
+        return f"{resource.type.name.capitalize()} '{resource.name}'"
+
+    @staticmethod
+    def _config_entries(result: Any) -> dict[str, ConfigEntry]:
+        entries = {}
+        for c in result.configs:
+            source = ConfigSource(getattr(c, "config_source", 0))
+            entries[c.name] = ConfigEntry(
+                c.name, c.value, source, bool(c.read_only), bool(c.is_sensitive),
+                source is ConfigSource.DEFAULT_CONFIG or bool(getattr(c, "is_default", False)),
+                tuple((s.name, s.value, ConfigSource(s.source))
+                      for s in getattr(c, "synonyms", ()) or ()),
+                getattr(c, "documentation", None))
+        return entries
+
+    async def describe_configs_each(self, resources: Iterable[ConfigResource], *,
+                                    include_synonyms: bool = False,
+                                    include_documentation: bool = False,
+                                    timeout: float | None = None
+                                    ) -> dict[ConfigResource, dict[str, ConfigEntry] | KafkaError]:
+        """Per resource, every config entry with its value and source, or its error
+        (UnknownTopicOrPartitionError, ...). Topics go in one request to any broker, a
+        broker's own settings to that broker."""
+        out: dict[ConfigResource, dict[str, ConfigEntry] | KafkaError] = {}
+        for target, members in self._by_config_target(resources, "describeConfigs"):
+            key = self._config_key(members)
+
+            def body(batch: Sequence[ConfigResource]) -> dict[str, Any]:
+                return {"resources": [{"resource_type": int(r.type), "resource_name": r.name,
+                                       "configuration_keys": None} for r in batch],
+                        "include_synonyms": include_synonyms,
+                        "include_documentation": include_documentation}
+
+            def answers(response: Any, key: Callable[[int, str], ConfigResource | None] = key
+                        ) -> Iterable[Answer[ConfigResource | None, dict[str, ConfigEntry] | None]]:
+                return ((key(r.resource_type, r.resource_name), r.error_code, r.error_message,
+                         self._config_entries(r) if r.error_code == ErrorCode.none else None)
+                        for r in response.results)
+
+            found = await self._call_each("describeConfigs", target, ApiKey.DESCRIBE_CONFIGS,
+                                          members, body, answers, self._config_what,
+                                          timeout=timeout)
+            out.update({r: value for r, value in found.items() if value is not None})
+        return out
 
     async def describe_configs(self, resources: Iterable[ConfigResource], *,
                                include_synonyms: bool = False,
                                include_documentation: bool = False,
                                timeout: float | None = None
                                ) -> dict[ConfigResource, dict[str, ConfigEntry]]:
-        """Every config entry of each resource, with its value and source."""
-        out: dict[ConfigResource, dict[str, ConfigEntry]] = {}
-        for resource in resources:
-            body = {"resources": [{"resource_type": int(resource.type),
-                                   "resource_name": resource.name,
-                                   "configuration_keys": None}],
-                    "include_synonyms": include_synonyms,
-                    "include_documentation": include_documentation}
+        """Every config entry of each resource, with its value and source; raises the
+        first resource's error."""
+        found = await self.describe_configs_each(
+            resources, include_synonyms=include_synonyms,
+            include_documentation=include_documentation, timeout=timeout)
+        _raise_first(found)
+        return {r: value for r, value in found.items() if not isinstance(value, KafkaError)}
 
-            def handle(response: Any, _node: int, resource: ConfigResource = resource
-                       ) -> dict[str, ConfigEntry]:
-                result = response.results[0]
-                _check(result.error_code, result.error_message,
-                       f"{resource.type.name.capitalize()} '{resource.name}'")
-                entries = {}
-                for c in result.configs:
-                    source = ConfigSource(getattr(c, "config_source", 0))
-                    entries[c.name] = ConfigEntry(
-                        c.name, c.value, source, bool(c.read_only), bool(c.is_sensitive),
-                        source is ConfigSource.DEFAULT_CONFIG or
-                        bool(getattr(c, "is_default", False)),
-                        tuple((s.name, s.value, ConfigSource(s.source))
-                              for s in getattr(c, "synonyms", ()) or ()),
-                        getattr(c, "documentation", None))
-                return entries
+    async def incremental_alter_configs_each(
+            self, changes: Mapping[ConfigResource, Iterable[AlterConfigOp]], *,
+            validate_only: bool = False, timeout: float | None = None
+            ) -> dict[ConfigResource, KafkaError | None]:
+        """Set, delete, append to or subtract from individual settings of many resources
+        (topics in one request); per resource None when changed, else its error
+        (InvalidConfigError, PolicyViolationError, ...)."""
+        ops = {resource: list(items) for resource, items in changes.items()}
+        out: dict[ConfigResource, KafkaError | None] = {}
+        for target, members in self._by_config_target(ops, "incrementalAlterConfigs"):
+            key = self._config_key(members)
 
-            out[resource] = await self._call(
-                "describeConfigs", self._config_target(resource, "describeConfigs"),
-                ApiKey.DESCRIBE_CONFIGS, body, handle, timeout=timeout)
+            def body(batch: Sequence[ConfigResource]) -> dict[str, Any]:
+                return {"resources": [{
+                    "resource_type": int(r.type), "resource_name": r.name,
+                    "configs": [{"name": op.name, "config_operation": int(op.op),
+                                 "value": op.value} for op in ops[r]]} for r in batch],
+                    "validate_only": validate_only}
+
+            def answers(response: Any, key: Callable[[int, str], ConfigResource | None] = key
+                        ) -> Iterable[Answer[ConfigResource | None, None]]:
+                return ((key(r.resource_type, r.resource_name), r.error_code, r.error_message,
+                         None) for r in response.responses)
+
+            out.update(await self._call_each(
+                "incrementalAlterConfigs", target, ApiKey.INCREMENTAL_ALTER_CONFIGS, members,
+                body, answers, self._config_what, timeout=timeout))
         return out
 
     async def incremental_alter_configs(
             self, changes: Mapping[ConfigResource, Iterable[AlterConfigOp]], *,
             validate_only: bool = False, timeout: float | None = None) -> None:
         """Set, delete, append to or subtract from individual settings."""
-        for resource, ops in changes.items():
-            body = {"resources": [{
-                "resource_type": int(resource.type), "resource_name": resource.name,
-                "configs": [{"name": op.name, "config_operation": int(op.op),
-                             "value": op.value} for op in ops]}],
-                "validate_only": validate_only}
-
-            def handle(response: Any, _node: int, resource: ConfigResource = resource) -> None:
-                for result in response.responses:
-                    _check(result.error_code, result.error_message,
-                           f"{resource.type.name.capitalize()} '{resource.name}'")
-
-            await self._call("incrementalAlterConfigs",
-                             self._config_target(resource, "incrementalAlterConfigs"),
-                             ApiKey.INCREMENTAL_ALTER_CONFIGS, body, handle, timeout=timeout)
+        _raise_first(await self.incremental_alter_configs_each(
+            changes, validate_only=validate_only, timeout=timeout))
 
     # -------------------------------------------------------------------------- cluster
 

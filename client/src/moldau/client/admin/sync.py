@@ -62,6 +62,12 @@ class Admin:
         self._thread.run(self._core.create_topics(new_topics, validate_only=validate_only,
                                                   timeout=timeout))
 
+    def create_topics_each(self, new_topics: Iterable[NewTopic], *,
+                           validate_only: bool = False, timeout: float | None = None
+                           ) -> dict[str, KafkaError | None]:
+        return self._thread.run(self._core.create_topics_each(
+            new_topics, validate_only=validate_only, timeout=timeout))
+
     def create_topic(self, name: str, num_partitions: int | None = None,
                      replication_factor: int | None = None,
                      configs: Mapping[str, str] | None = None, *,
@@ -72,6 +78,10 @@ class Admin:
     def delete_topics(self, names: Iterable[str], *, timeout: float | None = None) -> None:
         self._thread.run(self._core.delete_topics(names, timeout=timeout))
 
+    def delete_topics_each(self, names: Iterable[str], *, timeout: float | None = None
+                           ) -> dict[str, KafkaError | None]:
+        return self._thread.run(self._core.delete_topics_each(names, timeout=timeout))
+
     def list_topics(self, *, include_internal: bool = False,
                     timeout: float | None = None) -> list[str]:
         return self._thread.run(self._core.list_topics(include_internal=include_internal,
@@ -81,11 +91,21 @@ class Admin:
                         timeout: float | None = None) -> dict[str, TopicDescription]:
         return self._thread.run(self._core.describe_topics(names, timeout=timeout))
 
+    def describe_topics_each(self, names: Iterable[str], *, timeout: float | None = None
+                             ) -> dict[str, TopicDescription | KafkaError]:
+        return self._thread.run(self._core.describe_topics_each(names, timeout=timeout))
+
     def create_partitions(self, new_partitions: Mapping[str, NewPartitions | int], *,
                           validate_only: bool = False, timeout: float | None = None) -> None:
         self._thread.run(self._core.create_partitions(new_partitions,
                                                       validate_only=validate_only,
                                                       timeout=timeout))
+
+    def create_partitions_each(self, new_partitions: Mapping[str, NewPartitions | int], *,
+                               validate_only: bool = False, timeout: float | None = None
+                               ) -> dict[str, KafkaError | None]:
+        return self._thread.run(self._core.create_partitions_each(
+            new_partitions, validate_only=validate_only, timeout=timeout))
 
     # Replicas
 
@@ -100,6 +120,12 @@ class Admin:
             timeout: float | None = None) -> None:
         self._thread.run(self._core.alter_partition_reassignments(reassignments,
                                                                   timeout=timeout))
+
+    def alter_partition_reassignments_each(
+            self, reassignments: Mapping[TopicPartition, Sequence[int] | None], *,
+            timeout: float | None = None) -> dict[TopicPartition, KafkaError | None]:
+        return self._thread.run(self._core.alter_partition_reassignments_each(
+            reassignments, timeout=timeout))
 
     def list_partition_reassignments(self, partitions: Iterable[TopicPartition] | None = None,
                                      *, timeout: float | None = None
@@ -117,11 +143,27 @@ class Admin:
             resources, include_synonyms=include_synonyms,
             include_documentation=include_documentation, timeout=timeout))
 
+    def describe_configs_each(self, resources: Iterable[ConfigResource], *,
+                              include_synonyms: bool = False,
+                              include_documentation: bool = False,
+                              timeout: float | None = None
+                              ) -> dict[ConfigResource, dict[str, ConfigEntry] | KafkaError]:
+        return self._thread.run(self._core.describe_configs_each(
+            resources, include_synonyms=include_synonyms,
+            include_documentation=include_documentation, timeout=timeout))
+
     def incremental_alter_configs(self, changes: Mapping[ConfigResource,
                                                          Iterable[AlterConfigOp]], *,
                                   validate_only: bool = False,
                                   timeout: float | None = None) -> None:
         self._thread.run(self._core.incremental_alter_configs(
+            changes, validate_only=validate_only, timeout=timeout))
+
+    def incremental_alter_configs_each(
+            self, changes: Mapping[ConfigResource, Iterable[AlterConfigOp]], *,
+            validate_only: bool = False, timeout: float | None = None
+            ) -> dict[ConfigResource, KafkaError | None]:
+        return self._thread.run(self._core.incremental_alter_configs_each(
             changes, validate_only=validate_only, timeout=timeout))
 
     # Cluster, records, log dirs
