@@ -89,3 +89,43 @@ def port_open(port: int) -> bool:
     except OSError:
         return False
     return True
+
+
+def test_brokers_of_a_single_controller_keep_their_isr(tmp_path: Path) -> None:
+    """One controller-only node and two broker-only nodes (a KafkaCluster's smallest shape):
+    the brokers replicate as any others do: a replica added by reassignment joins the ISR
+    once caught up, and one killed leaves it."""
+    from moldau.client import Admin, TopicPartition
+
+    port = free_port()
+    voters = f"1@127.0.0.1:{port}"
+    controller = Broker(tmp_path / "controller", {
+        "node.id": 1, "process.roles": "controller", "controller.quorum.voters": voters,
+        "listeners": f"CONTROLLER://127.0.0.1:{port}"})
+    controller.start()
+    brokers = [Broker(tmp_path / f"broker-{node}", {
+        "node.id": node, "process.roles": "broker", "controller.quorum.voters": voters,
+        "replica.lag.time.max.ms": 3000}) for node in (4, 5)]
+    try:
+        for broker in brokers:
+            broker.start()
+        admin = AdminClient({"bootstrap.servers": brokers[0].bootstrap})
+
+        def isr() -> list[int]:
+            metadata = admin.list_topics("grown", timeout=10)
+            return sorted(metadata.topics["grown"].partitions[0].isrs)
+
+        admin.create_topics([NewTopic("grown", 1, replica_assignment=[[4]])])["grown"].result(30)
+        producer = Producer({"bootstrap.servers": brokers[0].bootstrap, "acks": "all"})
+        for number in range(50):
+            producer.produce("grown", str(number).encode(), partition=0)
+        assert producer.flush(30) == 0
+        with Admin({"bootstrap.servers": brokers[0].bootstrap}) as moldau_admin:
+            moldau_admin.alter_partition_reassignments({TopicPartition("grown", 0): [4, 5]})
+        wait_until(lambda: isr() == [4, 5], 60, "broker 5 in the ISR")
+        brokers[1].kill()
+        wait_until(lambda: isr() == [4], 60, "broker 5 out of the ISR")
+    finally:
+        for broker in brokers:
+            broker.close()
+        controller.stop()

@@ -196,9 +196,11 @@ class Broker:
             reserved_dirs=frozenset({METADATA_DIR}),
             cleaner_config=CleanerConfig.from_values(config.values),
             dir_locks=self.dir_locks)
-        # The embedded single node (no controller listener) has no followers: its ISR is
-        # itself and the high watermark follows the log end, with no AlterPartition.
-        alone = config.controller_listener is None and len(config.voters) == 1
+        # The embedded single node (a combined node that is the one voter, with no controller
+        # listener) has no followers: its ISR is itself and the high watermark follows the
+        # log end, with no AlterPartition. A broker-only node always has peers to replicate
+        # with, whatever the number of controllers.
+        alone = config.is_controller and config.controller_listener is None
         self.replicas = ReplicaManager(self.node_id, config, self.logs, self.image,
                                        config["num.io.threads"],
                                        None if alone else self._alter_partition)
