@@ -86,10 +86,12 @@ images: install
 run: install
 	$(BIN)/moldau broker
 
-## Run the whole test suite (unit tests and real-client end-to-end tests).
-test: install tools kafka-deps helm-deps
+## Run the whole test suite: unit tests and real-client end-to-end tests, then the tests marked
+## `kube` on the Kubernetes test bed (started and stopped by the tests; needs root).
+test: install tools kafka-deps kube-deps
 	$(BIN)/ruff check .
 	$(BIN)/pytest
+	$(BIN)/pytest -m kube e2e/kube e2e/images
 
 ## Regenerate docs/configuration.md from the config definitions.
 docs: install

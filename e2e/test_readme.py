@@ -33,6 +33,8 @@ SKIPPED = {
 # A block that starts a cluster talks to that cluster (replication factor 3), not to the
 # single test broker: e2e/test_cluster_cli.py covers it.
 CLUSTER_BLOCK = "moldau cluster up"
+# The Kubernetes block runs whole on the test bed: e2e/kube/test_readme_kubernetes.py.
+KUBERNETES_BLOCK = "helm install"
 # The performance examples send and read 100000 records; fewer show the same commands work.
 REDUCED = [(re.compile(r"--num-records 100000\b"), "--num-records 2000"),
            (re.compile(r"--messages 100000\b"), "--messages 2000")]
@@ -63,7 +65,7 @@ def examples(path: Path) -> list[tuple[str, str]]:
     for language, text in code_blocks(path):
         if language == "python":
             steps.append(("python", text))
-        elif language == "sh" and CLUSTER_BLOCK not in text:
+        elif language == "sh" and CLUSTER_BLOCK not in text and KUBERNETES_BLOCK not in text:
             steps.extend(("sh", command) for command in shell_commands(text)
                          if runnable(command)[0])
     return steps
@@ -101,7 +103,7 @@ def test_skipped_lines_are_only_the_ones_named():
     """Every skipped README line has one of the reasons above: a new kind of example must
     be run or given a reason."""
     for language, text in code_blocks(REPO / "README.md"):
-        if language != "sh":
+        if language != "sh" or KUBERNETES_BLOCK in text:
             continue
         for command in shell_commands(text):
             run, reason = runnable(command)

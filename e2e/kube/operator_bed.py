@@ -72,13 +72,16 @@ def crd_installed(kube: Cluster) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def local_volumes(kube: Cluster, storage_class: str, count: int) -> Iterator[None]:
-    """`count` hostPath volumes of their own storage class, writable by the broker's user,
-    deleted afterwards with their folders."""
+def local_volumes(kube: Cluster, storage_class: str, count: int, capacity: str = "1Gi",
+                  default: bool = False) -> Iterator[None]:
+    """`count` hostPath volumes of `capacity` in a storage class of their own (the cluster's
+    default class if `default`), writable by the broker's user, deleted afterwards with their
+    folders."""
     root = Path(tempfile.mkdtemp(prefix=f"{storage_class}-"))
     root.chmod(0o755)
+    annotations = {"storageclass.kubernetes.io/is-default-class": "true"} if default else {}
     items = [{"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
-              "metadata": {"name": storage_class},
+              "metadata": {"name": storage_class, "annotations": annotations},
               "provisioner": "kubernetes.io/no-provisioner",
               "volumeBindingMode": "WaitForFirstConsumer"}]
     for i in range(count):
@@ -88,7 +91,7 @@ def local_volumes(kube: Cluster, storage_class: str, count: int) -> Iterator[Non
         items.append({"apiVersion": "v1", "kind": "PersistentVolume",
                       "metadata": {"name": f"{storage_class}-{i}",
                                    "labels": {"moldau.io/e2e": storage_class}},
-                      "spec": {"capacity": {"storage": "1Gi"},
+                      "spec": {"capacity": {"storage": capacity},
                                "accessModes": ["ReadWriteOnce"],
                                "persistentVolumeReclaimPolicy": "Retain",
                                "storageClassName": storage_class,

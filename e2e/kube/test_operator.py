@@ -131,13 +131,28 @@ def owned_versions(kube: Cluster, namespace: str) -> dict[str, str]:
             for o in found}
 
 
+def changed_fields(before: object, after: object, path: str = "") -> list[str]:
+    """Where two JSON documents differ: the paths and both values."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        return [change for key in sorted(set(before) | set(after))
+                for change in changed_fields(before.get(key), after.get(key), f"{path}.{key}")]
+    return [] if before == after else [f"{path}: {before!r} -> {after!r}"]
+
+
 def test_a_settled_cluster_changes_no_object(kube: Cluster, namespace: str,
                                              operator: OperatorProcess) -> None:
+    # Settled means the status counts the topics the clients above made, too.
+    with Admin({"bootstrap.servers": f"kc-bootstrap.{namespace}.svc:9092"}) as admin:
+        made = sorted(admin.list_topics())
+    poll(lambda: status(kube, namespace, "kc").get("topics", {}).get("unmanagedNames") == made,
+         60, f"the status to list the topics {made}")
     before = owned_versions(kube, namespace)
+    cluster_before = kube.get_json("-n", namespace, "kafkacluster", "kc")
     reconciles = operator.metrics().count("moldau_operator_reconciles_total")
     time.sleep(SETTLE_SECONDS)
     after = owned_versions(kube, namespace)
-    assert after == before
+    cluster_after = kube.get_json("-n", namespace, "kafkacluster", "kc")
+    assert after == before, changed_fields(cluster_before, cluster_after)
     assert len(before) >= 8
     assert reconciles >= 1
 

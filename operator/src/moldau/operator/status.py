@@ -116,6 +116,10 @@ def compose(cluster: ClusterSpec, generation: int, bases: Mapping[str, int],
         status["clusterId"] = previous["clusterId"]
     if inventory is not None:
         status["topics"] = topics(inventory)
+    elif previous.get("topics"):
+        # Not read this time (the cluster did not answer): the last count stands, so a
+        # passing failure does not rewrite the status twice.
+        status["topics"] = previous["topics"]
     return status
 
 
