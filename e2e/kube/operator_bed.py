@@ -223,12 +223,53 @@ def run_client_pod(kube: Cluster, namespace: str, image: str, bootstrap: str) ->
            "spec": {"restartPolicy": "Never", "containers": [{
                "name": "client", "image": image, "imagePullPolicy": "IfNotPresent",
                "command": ["sh", "-c", script]}]}}
+    kube.kubectl("-n", namespace, "delete", "pod", "client", "--ignore-not-found",
+                 "--wait=true")
     kube.apply(json.dumps(pod), namespace)
     poll(lambda: kube.get_json("-n", namespace, "pod", "client")["status"].get("phase")
          in ("Succeeded", "Failed"), 180, "the client pod to finish")
     logs = kube.kubectl("-n", namespace, "logs", "client")
-    assert kube.get_json("-n", namespace, "pod", "client")["status"]["phase"] == "Succeeded", \
-        logs
+    phase = kube.get_json("-n", namespace, "pod", "client")["status"]["phase"]
+    kube.kubectl("-n", namespace, "delete", "pod", "client", "--wait=false")
+    assert phase == "Succeeded", logs
     # The consumer's count line ("Processed a total of 3 messages") goes to stderr.
     assert [line for line in logs.splitlines() if not line.startswith("Processed")] == \
         ["one", "two", "three"]
+
+
+# A client in a process of its own, which resolves no cluster name: it reaches the brokers
+# only if they advertise addresses the host can reach. Prints the brokers' addresses as
+# Metadata names them and the values it read back.
+_OUTSIDE_CLIENT = """
+import json, sys
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+bootstrap, topic, replicas = sys.argv[1:4]
+admin = AdminClient({"bootstrap.servers": bootstrap})
+admin.create_topics([NewTopic(topic, 2, int(replicas))])[topic].result(60)
+brokers = sorted(f"{b.host}:{b.port}" for b in admin.list_topics(timeout=30).brokers.values())
+producer = Producer({"bootstrap.servers": bootstrap})
+for n in range(10):
+    producer.produce(topic, str(n).encode(), partition=n % 2)
+assert producer.flush(60) == 0
+consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": topic,
+                     "auto.offset.reset": "earliest"})
+consumer.assign([TopicPartition(topic, p, 0) for p in (0, 1)])
+read = []
+while len(read) < 10:
+    read += [m.value().decode() for m in consumer.consume(10, 30) if m.error() is None]
+consumer.close()
+print(json.dumps({"brokers": brokers, "read": sorted(read, key=int)}))
+"""
+
+
+def outside_client(bootstrap: str, topic: str, replicas: int = 1) -> list[str]:
+    """Creates `topic`, produces 10 records (acks=all) and reads them back from a process on
+    this host through `bootstrap`; the brokers' addresses as Metadata names them."""
+    done = subprocess.run([sys.executable, "-c", _OUTSIDE_CLIENT, bootstrap, topic,
+                           str(replicas)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["read"] == [str(n) for n in range(10)], seen
+    return seen["brokers"]
