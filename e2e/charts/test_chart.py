@@ -367,3 +367,16 @@ def test_notes_tell_how_to_apply_a_cluster_and_find_its_bootstrap(
                              namespace="kafka", workdir=tmp_path / "cluster")
     assert "kubectl -n kafka get mkc events" in installed
     assert "kubectl apply" not in installed
+    # The bootstrap address of each internal listener of the cluster the chart made.
+    assert "  events-bootstrap.kafka.svc:9092   (listener plain)" in installed.splitlines()
+    two = render_notes({"cluster": {"enabled": True, "name": "events", "spec": {
+        "nodePools": [{"name": "all", "roles": ["controller", "broker"], "replicas": 1,
+                       "storage": {"size": "1Gi"}}],
+        "listeners": [{"name": "plain", "port": 9092, "type": "internal"},
+                      {"name": "outside", "port": 9094, "type": "nodeport"},
+                      {"name": "tls", "port": 9093}]}}},
+        namespace="kafka", workdir=tmp_path / "listeners")
+    assert [line for line in two.splitlines() if "-bootstrap." in line] == [
+        "  events-bootstrap.kafka.svc:9092   (listener plain)",
+        "  events-bootstrap.kafka.svc:9093   (listener tls)"]
+    assert "my-cluster-bootstrap.kafka.svc:9092" in notes

@@ -3,12 +3,15 @@ offline with podman, runs `moldau operator` as a user that is not root."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import time
 
 import pytest
 
 from e2e.images.podman import HERE, podman
+from e2e.support import unique
 
 pytestmark = pytest.mark.kube
 
@@ -47,3 +50,32 @@ def test_the_image_is_small(image: str) -> None:
     size = int(podman("image", "inspect", "--format", "{{.Size}}", image).stdout.strip())
     print(f"{image}: {size / 1e6:.0f} MB")
     assert size < 400e6
+
+
+def test_sigterm_stops_the_operator_cleanly(image: str, tmp_path) -> None:
+    """PID 1 is `moldau operator` itself: with an API server it cannot reach it keeps
+    retrying, and SIGTERM still stops it at once with exit 0."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "nowhere",
+        "clusters": [{"name": "nowhere", "cluster": {"server": "https://127.0.0.1:1"}}],
+        "users": [{"name": "nobody", "user": {"token": "none"}}],
+        "contexts": [{"name": "nowhere", "context": {"cluster": "nowhere", "user": "nobody"}}]}))
+    kubeconfig.chmod(0o644)
+    name = unique("moldau-operator-image")
+    podman("run", "-d", "--name", name, "--network=none", "--no-healthcheck",
+           "-v", f"{kubeconfig}:/etc/moldau/kubeconfig:ro",
+           "-e", "KUBECONFIG=/etc/moldau/kubeconfig", image)
+    try:
+        time.sleep(3)
+        state = podman("inspect", "--format", "{{.State.Running}}", name).stdout.strip()
+        assert state == "true", podman("logs", name, check=False).stderr
+        started = time.monotonic()
+        podman("stop", "--time", "30", name)
+        took = time.monotonic() - started
+        print(f"podman stop of the operator took {took:.2f} s")
+        code = podman("inspect", "--format", "{{.State.ExitCode}}", name).stdout.strip()
+        assert code == "0", podman("logs", name, check=False).stderr[-2000:]
+        assert took < 25, f"stop took {took:.1f} s: SIGTERM was not handled"
+    finally:
+        podman("rm", "--force", "--time", "0", name, check=False)
