@@ -23,7 +23,7 @@ from e2e.kube.operator_bed import (
     status,
     wait_ready,
 )
-from e2e.kube.testbed import Cluster, KubectlError, poll
+from e2e.kube.testbed import Cluster, KubectlError, poll, restart_api_server
 from e2e.support import (
     assert_records_equal,
     kp_consume_all,
@@ -190,6 +190,25 @@ def test_edits_to_config_and_replicas_are_reconciled(kube: Cluster, namespace: s
     events = kube.kubectl("-n", namespace, "get", "events", "--field-selector",
                           "involvedObject.kind=KafkaCluster,involvedObject.name=kc")
     assert "restarting kc-brokers-0: its config changed" in events
+
+
+def test_the_operator_rides_out_the_api_server_going_away(kube: Cluster, namespace: str,
+                                                         storage_class: str,
+                                                         operator: OperatorProcess) -> None:
+    """The API server is down for 20 s: the operator keeps running, and an edit made once it
+    is back is reconciled."""
+    if not kube.owned:
+        pytest.skip("restarts the API server: this machine's test bed only")
+    restart_api_server(kube, down_seconds=20)
+    assert operator.alive()
+    manifest = cluster_manifest("kc", storage_class, brokers=2,
+                                config={"num.partitions": "3", "log.retention.hours": "100"})
+    kube.apply(json.dumps(manifest), namespace)
+    generation = kube.get_json("-n", namespace, "kafkacluster", "kc")["metadata"]["generation"]
+    wait_ready(kube, namespace, "kc", generation, brokers="2/2")
+    config = kube.get_json("-n", namespace, "configmap", "kc-brokers-config")
+    assert "log.retention.hours=100" in config["data"]["server.properties"].splitlines()
+    assert operator.alive() and operator.get("/healthz") == 200
 
 
 def test_a_pools_storage_class_cannot_change(kube: Cluster, namespace: str) -> None:

@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -211,6 +212,32 @@ def _processes_naming(path: Path) -> list[str]:
 def changes(before: dict[str, object], after: dict[str, object]) -> str:
     return "; ".join(f"{key}: {before[key]} -> {after[key]}" for key in before
                      if before[key] != after[key])
+
+
+def _running(pid: int) -> bool:
+    """A process that exists and is not a zombie (this machine reaps the dead slowly)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def restart_api_server(kube: Cluster, down_seconds: float) -> None:
+    """Kill the test bed's kube-apiserver, keep it down for `down_seconds`, start it again
+    with the same command line (up.sh's way: its own session, its log, its pid file) and
+    wait until it answers."""
+    pid_file = run_dir() / "pids" / "kube-apiserver"
+    pid = int(pid_file.read_text())
+    command = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+    os.kill(pid, signal.SIGKILL)  # gone at once, as in a crash
+    poll(lambda: not _running(pid), 60, "kube-apiserver to stop")
+    time.sleep(down_seconds)
+    with open(run_dir() / "logs" / "kube-apiserver.log", "ab") as log:
+        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                   start_new_session=True)
+    pid_file.write_text(f"{process.pid}\n")
+    poll(lambda: kube.kubectl("get", "--raw", "/readyz", timeout=10) == "ok", 120,
+         "kube-apiserver to answer again")
 
 
 def local_testbed_running() -> bool:
