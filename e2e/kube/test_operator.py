@@ -211,6 +211,28 @@ def test_the_operator_rides_out_the_api_server_going_away(kube: Cluster, namespa
     assert operator.alive() and operator.get("/healthz") == 200
 
 
+def test_brokers_take_their_rack_from_their_nodes_zone(kube: Cluster, namespace: str,
+                                                      storage_class: str,
+                                                      operator: OperatorProcess) -> None:
+    if not kube.owned:
+        pytest.skip("labels the node: this machine's test bed only")
+    [node] = [item["metadata"]["name"] for item in kube.get_json("nodes")["items"]]
+    kube.kubectl("label", "node", node, "topology.kubernetes.io/zone=zone-a", "--overwrite")
+    try:
+        manifest = cluster_manifest("rk", storage_class)
+        manifest["spec"]["rack"] = {"topologyKey": "topology.kubernetes.io/zone"}
+        kube.apply(json.dumps(manifest), namespace)
+        wait_ready(kube, namespace, "rk")
+        install(TESTBED_DNS)
+        with Admin({"bootstrap.servers": f"rk-bootstrap.{namespace}.svc:9092"}) as admin:
+            brokers = admin.describe_cluster().nodes
+        assert [(b.node_id, b.rack) for b in brokers] == [(100, "zone-a")]
+        kube.kubectl("-n", namespace, "delete", "kafkacluster", "rk", "--wait=true",
+                     timeout=180)
+    finally:
+        kube.kubectl("label", "node", node, "topology.kubernetes.io/zone-")
+
+
 def test_a_pools_storage_class_cannot_change(kube: Cluster, namespace: str) -> None:
     patch = json.dumps({"spec": {"nodePools": [
         {"name": "brokers", "roles": ["broker"], "replicas": 2,
