@@ -215,3 +215,19 @@ def test_statefulset_names_leave_room_for_the_revision_label() -> None:
     with pytest.raises(SpecError, match="StatefulSet name 'c+-controllers' is longer than 52 "
                                         "characters: shorten the cluster or pool name"):
         cluster(name="c" * (53 - len("-controllers")))
+
+
+@pytest.mark.parametrize(("spec", "default", "image"), [
+    ({"image": "registry.example.com/moldau:7"}, "localhost/moldau-broker:0.1.0",
+     "registry.example.com/moldau:7"),
+    ({"version": "0.2.0"}, "localhost/moldau-broker:0.1.0", "localhost/moldau-broker:0.2.0"),
+    ({"version": "0.2.0"}, "registry.example.com:5000/moldau-broker",
+     "registry.example.com:5000/moldau-broker:0.2.0"),
+    ({"version": "0.2.0"}, "localhost/moldau-broker@sha256:abc",
+     "localhost/moldau-broker:0.2.0"),
+    ({}, "localhost/moldau-broker:0.1.0", "localhost/moldau-broker:0.1.0"),
+], ids=["image", "version", "registry port", "digest", "default"])
+def test_the_image_comes_from_image_then_version_then_the_default(spec, default, image) -> None:
+    from moldau.operator.spec import broker_image
+
+    assert broker_image(spec, default) == image

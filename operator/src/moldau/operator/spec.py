@@ -113,6 +113,18 @@ def _duplicates(values: list[Any]) -> list[Any]:
     return sorted({value for value in values if values.count(value) > 1}, key=str)
 
 
+def broker_image(spec: Mapping[str, Any], default_image: str) -> str:
+    """spec.image, else the default image at spec.version's tag, else the default image."""
+    if spec.get("image"):
+        return str(spec["image"])
+    if spec.get("version"):
+        repository = default_image.rsplit("@", 1)[0]
+        if ":" in repository.rsplit("/", 1)[-1]:
+            repository = repository.rsplit(":", 1)[0]
+        return f"{repository}:{spec['version']}"
+    return default_image
+
+
 def parse_spec(name: str, namespace: str, spec: Mapping[str, Any],
                default_image: str) -> ClusterSpec:
     """The spec as typed values; SpecError (every problem, one per line) if it cannot run."""
@@ -121,7 +133,7 @@ def parse_spec(name: str, namespace: str, spec: Mapping[str, Any],
                       for raw in spec.get("listeners") or ())
     config = {str(key): str(value) for key, value in (spec.get("config") or {}).items()}
     cluster = ClusterSpec(
-        name=name, namespace=namespace, image=spec.get("image") or default_image,
+        name=name, namespace=namespace, image=broker_image(spec, default_image),
         pools=pools, listeners=listeners, config=config,
         rack_topology_key=(spec.get("rack") or {}).get("topologyKey"),
         metrics=bool((spec.get("metrics") or {}).get("enabled", True)))
