@@ -48,6 +48,7 @@ from moldau.broker.network.response import Response
 from moldau.broker.network.server import SocketServer
 from moldau.broker.raft.tcp_transport import Service
 from moldau.broker.replication.manager import ReplicaManager
+from moldau.broker.security.authorizer import AllowEverything, Authorizer, parse_super_users
 from moldau.broker.security.outgoing import controller_security
 from moldau.broker.security.principal import ANONYMOUS
 from moldau.broker.storage import ensure_formatted, quorum_cluster_id
@@ -88,6 +89,16 @@ class Broker:
     @property
     def started(self) -> bool:
         return not self.stage
+
+    def _authorizer(self) -> Authorizer | AllowEverything:
+        config = self.config
+        if not config["authorizer.class.name"]:
+            return AllowEverything()
+        super_users = parse_super_users(config["super.users"])
+        log.info("Authorizer %s: super.users=%s, allow.everyone.if.no.acl.found=%s",
+                 config["authorizer.class.name"], ";".join(sorted(super_users)) or "(none)",
+                 str(config["allow.everyone.if.no.acl.found"]).lower())
+        return Authorizer(self.image.acls, super_users, config["allow.everyone.if.no.acl.found"])
 
     def _scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
         return stored_credential(self.image, user, mechanism)
@@ -145,6 +156,7 @@ class Broker:
             ensure_formatted, config.data_dirs, self.node_id,
             quorum_cluster_id(",".join(sorted(voters))) if voters else None)
         self.image = MetadataImage()
+        self.authorizer = self._authorizer()
         self.quorum = MetadataQuorum(config, self.image, self.cluster_id)
         # On a node without the controller role every change raises NOT_CONTROLLER; handlers
         # reach it only when forwarding to the active controller failed.

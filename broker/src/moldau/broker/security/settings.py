@@ -66,6 +66,36 @@ SECURITY_KEYS = [
               "the host name of brokers this broker connects to; empty does not"),
 ]
 
+STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+
+
+def _authorizer_class(name: str, value: Any) -> None:
+    if value not in ("", STANDARD_AUTHORIZER):
+        raise ConfigError(f"Invalid value {value} for configuration {name}: Moldau's "
+                          f"authorizer is {STANDARD_AUTHORIZER} (ACLs kept in the metadata "
+                          "log); leave it empty for no authorization")
+
+
+def _principals(name: str, value: Any) -> None:
+    for item in filter(None, (part.strip() for part in str(value).split(";"))):
+        kind, colon, user = item.partition(":")
+        if not (kind and colon and user):
+            raise ConfigError(f"Invalid value {value} for configuration {name}: expected "
+                              "principals in the format principalType:principalName "
+                              f"separated by semicolons, but got {item}")
+
+
+# Authorization (broker-wide; not per listener).
+AUTHORIZATION_KEYS = [
+    ConfigKey("authorizer.class.name", T.STRING, "", "The authorizer: "
+              f"{STANDARD_AUTHORIZER} checks every request against the ACLs; empty lets "
+              "every client do everything", _authorizer_class),
+    ConfigKey("super.users", T.STRING, "", "Principals allowed everything whatever the "
+              "ACLs, separated by semicolons (User:admin;User:broker)", _principals),
+    ConfigKey("allow.everyone.if.no.acl.found", T.BOOLEAN, False, "Allow an operation on a "
+              "resource that no ACL names (otherwise denied)"),
+]
+
 SECURITY_KEY_NAMES = frozenset(key.name for key in SECURITY_KEYS)
 _PER_LISTENER = re.compile(r"^listener\.name\.(?P<listener>[A-Za-z0-9_]+)\.(?P<key>.+)$")
 _MECHANISM_JAAS = re.compile(r"^(?P<mechanism>[a-z0-9-]+)\.sasl\.jaas\.config$")
