@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from moldau.broker.handlers.registry import APIS
 from moldau.broker.network.channel import Request
 from moldau.broker.security.acl import CLUSTER_NAME, Operation, ResourceType
+from moldau.errors import ErrorCode
 
 if TYPE_CHECKING:
     from moldau.broker.server import Broker
@@ -24,6 +25,14 @@ TOPIC = ResourceType.TOPIC
 GROUP = ResourceType.GROUP
 CLUSTER = ResourceType.CLUSTER
 TRANSACTIONAL_ID = ResourceType.TRANSACTIONAL_ID
+
+# Kafka's messages for its authorization errors, where a response carries one.
+MESSAGES = {
+    ErrorCode.topic_authorization_failed: "Topic authorization failed.",
+    ErrorCode.group_authorization_failed: "Group authorization failed.",
+    ErrorCode.cluster_authorization_failed: "Cluster authorization failed.",
+    ErrorCode.transactional_id_authorization_failed: "Transactional Id authorization failed.",
+}
 
 
 def allowed(broker: Broker, request: Request, operation: Operation,
