@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from moldau.broker.handlers.authz import cluster_allowed
+from moldau.broker.handlers.authz import cluster_allowed, needs
 from moldau.broker.handlers.registry import Result, api, respond
 from moldau.broker.network.channel import Request
 from moldau.broker.security.acl import (
@@ -29,7 +29,6 @@ from moldau.errors import ErrorCode, KafkaError
 if TYPE_CHECKING:
     from moldau.broker.server import Broker
 
-NOT_AUTHORIZED = "Not authorized to access the ACLs of the cluster"
 NO_AUTHORIZER = "No Authorizer is configured."
 
 
@@ -81,7 +80,7 @@ def _entry(acl: Acl) -> dict[str, Any]:
 def _refusal(broker: Broker, request: Request, operation: Operation
              ) -> tuple[ErrorCode, str] | None:
     if not cluster_allowed(broker, request, operation):
-        return ErrorCode.cluster_authorization_failed, NOT_AUTHORIZED
+        return ErrorCode.cluster_authorization_failed, needs(request, operation)
     if not broker.authorizer.enabled:
         return ErrorCode.security_disabled, NO_AUTHORIZER
     return None

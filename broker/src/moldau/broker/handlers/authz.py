@@ -65,6 +65,13 @@ def allowed_names(broker: Broker, request: Request, operation: Operation,
             if allowed(broker, request, operation, resource_type, name, log_denied=log_denied)}
 
 
+def needs(request: Request, operation: Operation) -> str:
+    """Kafka's message when a request needs an operation on the cluster it may not do."""
+    entry = APIS.get(request.header.api_key)
+    name = entry.name if entry else str(request.header.api_key)
+    return f"Request {name} needs {operation.name} permission."
+
+
 def authorized_operations(broker: Broker, request: Request, resource_type: ResourceType,
                           name: str) -> int:
     return broker.authorizer.authorized_operations(request.principal, request.host,

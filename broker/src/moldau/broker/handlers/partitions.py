@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from moldau.broker.handlers.authz import MESSAGES, cluster_allowed
+from moldau.broker.handlers.authz import cluster_allowed, needs
 from moldau.broker.handlers.registry import Result, api, respond
 from moldau.broker.network.channel import Request
 from moldau.broker.security.acl import Operation
@@ -16,8 +16,8 @@ if TYPE_CHECKING:
     from moldau.broker.server import Broker
 
 
-DENIED = KafkaError(ErrorCode.cluster_authorization_failed,
-                    MESSAGES[ErrorCode.cluster_authorization_failed])
+def _denied(request: Request, operation: Operation) -> KafkaError:
+    return KafkaError(ErrorCode.cluster_authorization_failed, needs(request, operation))
 
 
 def _error_fields(error: KafkaError | None) -> dict[str, Any]:
@@ -37,8 +37,8 @@ async def handle_elect_leaders(broker: Broker, request: Request) -> Result:
     try:
         if not cluster_allowed(broker, request, Operation.ALTER):
             # Kafka's answer: the error at the top and on every partition named.
-            results = dict.fromkeys(wanted or (), DENIED)
-            return _elect_response(request, DENIED.code, results)
+            denied = _denied(request, Operation.ALTER)
+            return _elect_response(request, denied.code, dict.fromkeys(wanted or (), denied))
         results = await broker.controller.elect_leaders(election_type, wanted)
     except KafkaError as exc:
         if request.header.api_version >= 1 or wanted is None:
@@ -67,8 +67,9 @@ async def handle_alter_partition_reassignments(broker: Broker, request: Request)
                None if p.replicas is None else [int(r) for r in p.replicas])
               for topic in body.topics for p in topic.partitions]
     if not cluster_allowed(broker, request, Operation.ALTER):
-        return _reassignment_response(request, DENIED, dict.fromkeys(
-            ((name, index) for name, index, _ in wanted), DENIED))
+        denied = _denied(request, Operation.ALTER)
+        return _reassignment_response(request, denied, dict.fromkeys(
+            ((name, index) for name, index, _ in wanted), denied))
     try:
         results = await broker.controller.alter_partition_reassignments(wanted)
     except KafkaError as exc:
@@ -91,7 +92,8 @@ def _reassignment_response(request: Request, error: KafkaError | None,
 async def handle_list_partition_reassignments(broker: Broker, request: Request) -> Result:
     body = request.body
     if not cluster_allowed(broker, request, Operation.DESCRIBE):
-        return respond(request, {**_error_fields(DENIED), "topics": []})
+        return respond(request, {**_error_fields(_denied(request, Operation.DESCRIBE)),
+                                 "topics": []})
     wanted = None if body.topics is None else [
         (str(topic.name), int(index)) for topic in body.topics
         for index in topic.partition_indexes]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from moldau.broker.handlers.authz import MESSAGES, cluster_allowed
+from moldau.broker.handlers.authz import cluster_allowed, needs
 from moldau.broker.handlers.registry import Result, api, respond
 from moldau.broker.network.channel import Request
 from moldau.broker.network.response import Response
@@ -21,8 +21,8 @@ if TYPE_CHECKING:
 @api(55, "DescribeQuorum", 0, 2)
 async def handle_describe_quorum(broker: Broker, request: Request) -> Result:
     if not cluster_allowed(broker, request, Operation.DESCRIBE):
-        denied = ErrorCode.cluster_authorization_failed
-        return respond(request, {"error_code": denied, "error_message": MESSAGES[denied],
+        return respond(request, {"error_code": ErrorCode.cluster_authorization_failed,
+                                 "error_message": needs(request, Operation.DESCRIBE),
                                  "topics": []})
     # Only the leader knows the replicas' positions; elsewhere this carries
     # NOT_LEADER_OR_FOLLOWER and the leader's id.
