@@ -19,8 +19,7 @@ from typing import Any
 
 import pytest
 
-from e2e.conftest import _ACTIVE, Broker
-from e2e.java.acl_bed import ADMIN, USERS, AclBed, acl_bed
+from e2e.java.acl_bed import ADMIN, USERS, AclBed
 from e2e.support import unique, wait_until
 
 pytestmark = pytest.mark.timeout(600)
@@ -48,23 +47,9 @@ ALLOW = 3
 CLUSTER_NAME = "kafka-cluster"
 
 
-@pytest.fixture(scope="module", params=["moldau", "kafka"])
-def bed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-        ) -> Iterator[AclBed]:
-    workdir = tmp_path_factory.mktemp(f"acl-matrix-{request.param}")
-    started: list[Broker] = []
-
-    def moldau(overrides: dict[str, object], port: int) -> None:
-        broker = Broker(workdir / "moldau", overrides, port=port)
-        started.append(broker)
-        _ACTIVE.append(broker)
-        broker.start()
-
-    try:
-        yield from acl_bed(request.param, workdir, moldau)
-    finally:
-        for broker in started:
-            broker.close()
+@pytest.fixture(scope="module")
+def bed(acls_target: AclBed) -> AclBed:
+    return acls_target
 
 
 class Session:

@@ -5,12 +5,10 @@ because brokers answer DescribeAcls in no particular order (Kafka's from hash ma
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 
 import pytest
 
-from e2e.conftest import _ACTIVE, Broker
-from e2e.java.acl_bed import ADMIN, USERS, AclBed, acl_bed
+from e2e.java.acl_bed import ADMIN, USERS, AclBed
 from e2e.kafka_dist import ToolResult, kafka_tool
 from e2e.support import unique
 
@@ -19,23 +17,9 @@ pytestmark = pytest.mark.timeout(300)
 _RESOURCE = re.compile(r"^(?:Current ACLs|Adding ACLs) for resource `(.*)`:\s*$")
 
 
-@pytest.fixture(scope="module", params=["moldau", "kafka"])
-def bed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-        ) -> Iterator[AclBed]:
-    workdir = tmp_path_factory.mktemp(f"kafka-acls-{request.param}")
-    started: list[Broker] = []
-
-    def moldau(overrides: dict[str, object], port: int) -> None:
-        broker = Broker(workdir / "moldau", overrides, port=port)
-        started.append(broker)
-        _ACTIVE.append(broker)
-        broker.start()
-
-    try:
-        yield from acl_bed(request.param, workdir, moldau)
-    finally:
-        for broker in started:
-            broker.close()
+@pytest.fixture(scope="module")
+def bed(acls_target: AclBed) -> AclBed:
+    return acls_target
 
 
 def acls(bed: AclBed, *args: str, user: str = ADMIN) -> ToolResult:
