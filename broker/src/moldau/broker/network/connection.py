@@ -153,6 +153,11 @@ class Connection:
                 raise MalformedRequest("connection closed inside a size prefix") from None
             return None
         (size,) = _SIZE.unpack(prefix)
+        sasl = self.sasl
+        if sasl is not None and not sasl.authenticated and size > sasl.max_receive_bytes:
+            raise MalformedRequest(
+                f"request of {size} bytes before SASL authentication is larger than "
+                f"sasl.server.max.receive.size ({sasl.max_receive_bytes})")
         if size < 0 or size > self.max_request_bytes:
             raise MalformedRequest(
                 f"request of {size} bytes is larger than socket.request.max.bytes "
