@@ -171,6 +171,7 @@ class _Outgoing:
     failures: int = 0
     backoff_until: float = 0.0
     next_correlation_id: int = 0
+    refused: bool = False  # the peer refused a request as unauthorized (logged once)
 
 
 def _answers(request: Message | None, response: Message) -> bool:
@@ -373,6 +374,13 @@ class TcpTransport:
                     return
                 request, api_key, version, _sent = entry
                 _cid, body = parse_response_frame(api_key, version, frame)
+                if body.error_code == ErrorCode.cluster_authorization_failed \
+                        and not channel.refused:
+                    channel.refused = True
+                    log.error("Controller %d refuses this node's requests as not authorized: "
+                              "with an authorizer, the nodes' principal on the controller "
+                              "listener needs CLUSTER_ACTION on the cluster (super.users)",
+                              channel.peer_id)
                 self._deliver(response_from_wire(api_key, body, request))
         except asyncio.CancelledError:
             raise
