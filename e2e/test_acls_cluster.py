@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (
     AclBinding,
     AclOperation,
@@ -26,7 +27,7 @@ from confluent_kafka.admin import (
 )
 
 from e2e.certs import CertAuthority
-from e2e.conftest import Broker, free_port
+from e2e.conftest import _ACTIVE, Broker, free_port
 from e2e.support import unique, wait_until
 from moldau.broker.security.forwarding import principal_bytes
 from moldau.client.connection import BrokerConnection
@@ -97,6 +98,7 @@ def test_forwarded_requests_are_authorized_for_their_clients(tmp_path: Path) -> 
                             "security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "PLAIN",
                             "sasl.username": user, "sasl.password": f"{user}-secret"})
 
+    _ACTIVE.extend([controller, *brokers])  # their logs go with a failure's report
     try:
         controller.start()
         for broker in brokers:
@@ -116,6 +118,8 @@ def test_forwarded_requests_are_authorized_for_their_clients(tmp_path: Path) -> 
             future.result(30)
         # The grant reaches every node through the metadata log; the controller decides.
         wait_until(lambda: _creates(alice, unique("by-alice")), 30, "alice's topic created")
+
+        _replicate_and_commit_across_brokers(brokers, super_user)
 
         # Straight to the controller listener without a certificate: User:ANONYMOUS.
         intruded = unique("intruder")
@@ -147,6 +151,63 @@ def test_forwarded_requests_are_authorized_for_their_clients(tmp_path: Path) -> 
     finally:
         for node in (*brokers, controller):
             node.close()
+
+
+def _replicate_and_commit_across_brokers(brokers: list[Broker], admin: AdminClient) -> None:
+    """The brokers' own traffic under ACLs: followers fetch (CLUSTER_ACTION) and transaction
+    markers reach the other broker's partition (WriteTxnMarkers, CLUSTER_ACTION), as
+    User:admin over the inter-broker listener."""
+    topic = unique("replicated")
+    admin.create_topics([NewTopic(topic, 2, 2)])[topic].result(30)
+    client = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "PLAIN",
+              "sasl.username": "admin", "sasl.password": "admin-secret"}
+    bootstrap = ",".join(broker.bootstrap for broker in brokers)
+    values = [b"record-%02d" % number for number in range(20)]
+    producer = Producer({"bootstrap.servers": bootstrap, **client, "acks": "all"})
+    for number, value in enumerate(values[:10]):
+        producer.produce(topic, value, partition=number % 2)
+    assert producer.flush(30) == 0
+    producer = Producer({"bootstrap.servers": bootstrap, **client,
+                         "transactional.id": unique("txn")})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for number, value in enumerate(values[10:]):
+        producer.produce(topic, value, partition=number % 2)
+    producer.commit_transaction(30)
+    leaders = {p.id: p.leader for p in admin.list_topics(topic, timeout=10)
+               .topics[topic].partitions.values()}
+    assert set(leaders.values()) == {2, 3}  # the transaction spans both brokers
+    assert sorted(_read(bootstrap, topic, (0, 1), client, len(values))) == values
+
+    def in_sync() -> bool:
+        partitions = admin.list_topics(topic, timeout=10).topics[topic].partitions.values()
+        return all(len(p.isrs) == 2 for p in partitions)
+
+    assert in_sync()
+    # A follower in sync has fetched everything: stop partition 0's leader, read from the other.
+    stopped = next(b for b, node in zip(brokers, (2, 3), strict=True) if node == leaders[0])
+    stopped.stop()
+    rest = next(b for b in brokers if b is not stopped).bootstrap
+    assert sorted(_read(rest, topic, (0,), client, 10)) == values[0::2]
+    stopped.start()
+
+
+def _read(bootstrap: str, topic: str, partitions: tuple[int, ...], client: dict[str, str],
+          count: int) -> list[bytes]:
+    """The committed values of these partitions, once `count` of them have been read."""
+    reader = Consumer({"bootstrap.servers": bootstrap, **client, "group.id": unique("r"),
+                       "isolation.level": "read_committed", "auto.offset.reset": "earliest"})
+    reader.assign([TopicPartition(topic, partition, 0) for partition in partitions])
+    got: list[bytes] = []
+    try:
+        deadline = time.monotonic() + 30
+        while len(got) < count and time.monotonic() < deadline:
+            message = reader.poll(0.5)
+            if message is not None and not message.error():
+                got.append(message.value())
+    finally:
+        reader.close()
+    return got
 
 
 def _creates(client: AdminClient, name: str) -> bool:

@@ -51,7 +51,7 @@ from moldau.broker.raft.tcp_transport import Service
 from moldau.broker.replication.manager import ReplicaManager
 from moldau.broker.security.authorizer import AllowEverything, Authorizer, parse_super_users
 from moldau.broker.security.forwarding import address_bytes, principal_bytes
-from moldau.broker.security.outgoing import controller_security
+from moldau.broker.security.outgoing import controller_security, inter_broker_security
 from moldau.broker.storage import ensure_formatted, quorum_cluster_id
 from moldau.errors import KafkaError
 from moldau.protocol.messages import encode_request
@@ -307,7 +307,8 @@ class Broker:
                 "transaction.remove.expired.transaction.cleanup.interval.ms"])
         self.transactions = TransactionCoordinator(
             settings, topic, self.producer_ids.next_id,
-            MarkerChannel(self.node_id, self.replicas, self.groups.markers_written))
+            MarkerChannel(self.node_id, self.replicas, self.groups.markers_written,
+                          security=inter_broker_security(self.config)))
         # As for groups: the leader of a __transaction_state partition coordinates its ids.
         self.replicas.add_leadership_listener(self.transactions.on_leadership_change)
         await self.transactions.load_partitions(topic.led_partitions())
