@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from moldau.broker.log.config import TOPIC_CONFIG
-from moldau.broker.metadata.acls import plan_creations, plan_deletions
+from moldau.broker.metadata.acls import acl_of, plan_creations, plan_deletions
 from moldau.broker.metadata.image import BrokerRegistration
 from moldau.broker.metadata.partition_change import (
     NO_LEADER,
@@ -42,6 +42,7 @@ from moldau.broker.metadata.reassignment import (
 from moldau.broker.metadata.records import (
     BROKER_RESOURCE,
     TOPIC_RESOURCE,
+    AccessControlEntryRecord,
     BrokerRegistrationChangeRecord,
     ConfigRecord,
     MetadataRecord,
@@ -643,9 +644,9 @@ class Controller:
             self._check_active()
             outcome, records = plan_creations(self.image.acls, acls)
             await self._commit(records)
-            for acl, error in zip(acls, outcome, strict=True):
-                if error is None:
-                    log.info("Created ACL %s", acl)
+            for record in records:
+                assert isinstance(record, AccessControlEntryRecord)
+                log.info("Created ACL %s", acl_of(record))
             return outcome
 
     async def delete_acls(self, filters: Sequence[AclFilter]

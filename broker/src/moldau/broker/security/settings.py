@@ -33,8 +33,9 @@ SECURITY_KEYS = [
     ConfigKey("sasl.jaas.config", T.PASSWORD, None, "JAAS login module and options (PLAIN "
               "users as user_<name>=\"<password>\"; username/password this broker sends)",
               sensitive=True),
-    ConfigKey("sasl.server.max.receive.size", T.INT, 524288, "Largest SASL message before "
-              "authentication", at_least(1)),
+    ConfigKey("sasl.server.max.receive.size", T.INT, 524288, "Largest frame a client may "
+              "send before it has authenticated; a larger one closes the connection",
+              at_least(1)),
     ConfigKey("connections.max.reauth.ms", T.LONG, 0, "Longest SASL session before the "
               "client must re-authenticate (KIP-368); 0 for no limit", at_least(0)),
     ConfigKey("ssl.keystore.type", T.STRING, "JKS", "PKCS12 or PEM (JKS is not read)"),
