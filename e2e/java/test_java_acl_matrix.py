@@ -838,3 +838,83 @@ def test_authorized_operations_are_computed(bed: AclBed, admin: Session) -> None
         assert cluster_operations() == {ALTER, DESCRIBE, IDEMPOTENT_WRITE}
     finally:
         user.close()
+
+
+def _creation(**fields: Any) -> Any:
+    from kafka.protocol.admin import CreateAclsRequest
+
+    acl = {"resource_type": TOPIC, "resource_name": unique("checked"),
+           "resource_pattern_type": LITERAL, "principal": "User:someone", "host": "*",
+           "operation": READ, "permission_type": ALLOW, **fields}
+    return CreateAclsRequest.AclCreation(**acl)
+
+
+def test_acl_requests_are_checked_as_kafka_checks_them(bed: AclBed, admin: Session) -> None:
+    from kafka.protocol.admin import CreateAclsRequest, DeleteAclsRequest, DescribeAclsRequest
+
+    unknown_server_error, invalid = -1, 42
+    cases = {
+        # A filter's value in an ACL to create: Kafka cannot build the ACL at all.
+        "pattern MATCH": (_creation(resource_pattern_type=2), unknown_server_error, None),
+        "type ANY": (_creation(resource_type=1), unknown_server_error, None),
+        "operation ANY": (_creation(operation=1), unknown_server_error, None),
+        "permission ANY": (_creation(permission_type=1), unknown_server_error, None),
+        # Codes Kafka does not know read as UNKNOWN, which its controller refuses.
+        "pattern 99": (_creation(resource_pattern_type=99), invalid,
+                       "Invalid patternType UNKNOWN"),
+        "type 99": (_creation(resource_type=99), invalid, "Invalid resourceType UNKNOWN"),
+        "operation 99": (_creation(operation=99), invalid, "Invalid operation UNKNOWN"),
+        "permission 99": (_creation(permission_type=99), invalid,
+                          "Invalid permissionType UNKNOWN"),
+        "cluster not named kafka-cluster": (
+            _creation(resource_type=CLUSTER, resource_name="x"), invalid,
+            "The only valid name for the CLUSTER resource is kafka-cluster"),
+        "empty name": (_creation(resource_name=""), invalid, "Invalid empty resource name"),
+        "principal without a type": (
+            _creation(principal="someone"), invalid, "Could not parse principal from "
+            "`someone` (no colon is present separating the principal type from the principal "
+            "name)"),
+        "valid": (_creation(), NONE, None),
+    }
+    for name, (creation, code, message) in cases.items():
+        [result] = admin(CreateAclsRequest(creations=[creation])).results
+        assert result.error_code == code, (name, result)
+        if code:
+            assert result.error_message == message, (name, result)
+    # One bad ACL among good ones fails the request when Kafka cannot build it...
+    answer = admin(CreateAclsRequest(creations=[_creation(), cases["type ANY"][0]]))
+    assert [r.error_code for r in answer.results] == [unknown_server_error] * 2
+    # ...and only itself otherwise.
+    answer = admin(CreateAclsRequest(creations=[_creation(), cases["type 99"][0]]))
+    assert [r.error_code for r in answer.results] == [NONE, invalid]
+    # A filter of codes Kafka does not know matches nothing.
+    for fields in ({"resource_type_filter": 99}, {"operation": 99},
+                   {"pattern_type_filter": 99}):
+        spec = {"resource_type_filter": 1, "resource_name_filter": None,
+                "pattern_type_filter": 1, "principal_filter": None, "host_filter": None,
+                "operation": 1, "permission_type": 1, **fields}
+        described = admin(DescribeAclsRequest(**spec))
+        assert (described.error_code, len(described.resources)) == (NONE, 0), fields
+
+    def delete_filter(**fields: Any) -> Any:
+        spec = {"resource_type_filter": 1, "resource_name_filter": None,
+                "pattern_type_filter": 1, "principal_filter": "User:nobody-at-all",
+                "host_filter": None, "operation": 1, "permission_type": 1, **fields}
+        return DeleteAclsRequest.DeleteAclsFilter(**spec)
+
+    answer = admin(DeleteAclsRequest(filters=[
+        delete_filter(), delete_filter(resource_type_filter=99),
+        delete_filter(operation=99)]))
+    assert [(r.error_code, r.error_message) for r in answer.filter_results] == [
+        (NONE, None), (42, "Unknown patternFilter."), (42, "Unknown entryFilter.")]
+
+    # An UNKNOWN (0) code does not even parse: Kafka closes the connection.
+    from kafka.errors import KafkaConnectionError, RequestTimedOutError
+    user = Session(bed, USERS[len(CASES) + 2])
+    try:
+        with pytest.raises((KafkaConnectionError, RequestTimedOutError)):
+            user(DescribeAclsRequest(resource_type_filter=0, resource_name_filter=None,
+                                     pattern_type_filter=1, principal_filter=None,
+                                     host_filter=None, operation=1, permission_type=1))
+    finally:
+        user.close()

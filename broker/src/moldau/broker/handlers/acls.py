@@ -5,11 +5,14 @@ like the other admin changes); describing needs DESCRIBE on the cluster and is a
 broker from its metadata image. Without an authorizer all three answer SECURITY_DISABLED.
 A request carrying an UNKNOWN (0) resource type, pattern type, operation or permission closes
 the connection, as Kafka's request parser refuses it; other codes Kafka does not know are
-refused per ACL or filter with INVALID_REQUEST.
+refused per ACL or filter with INVALID_REQUEST. An ACL to create may not be a filter (type ANY,
+pattern ANY or MATCH, operation or permission ANY): Kafka cannot even build it and fails the
+whole request with UNKNOWN_SERVER_ERROR, and so does Moldau.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from moldau.broker.handlers.authz import cluster_allowed, needs
@@ -28,6 +31,8 @@ from moldau.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from moldau.broker.server import Broker
+
+log = logging.getLogger("moldau.broker.handlers")
 
 NO_AUTHORIZER = "No Authorizer is configured."
 
@@ -70,6 +75,12 @@ def _acl_of(item: Any) -> Acl:
     return Acl(ResourceType.of(item.resource_type), item.resource_name,
                PatternType.of(item.resource_pattern_type), item.principal, item.host,
                Operation.of(item.operation), Permission.of(item.permission_type))
+
+
+def _is_filter(acl: Acl) -> bool:
+    return (acl.resource_type is ResourceType.ANY
+            or acl.pattern_type in (PatternType.ANY, PatternType.MATCH)
+            or acl.operation is Operation.ANY or acl.permission is Permission.ANY)
 
 
 def _entry(acl: Acl) -> dict[str, Any]:
@@ -117,10 +128,16 @@ async def handle_create_acls(broker: Broker, request: Request) -> Result:
         code, message = refusal
         return respond(request, {"results": [{"error_code": code, "error_message": message}
                                              for _ in creations]})
+    wanted = [_acl_of(item) for item in creations]
+    if any(_is_filter(acl) for acl in wanted):
+        log.warning("Refusing CreateAcls from %s: an ACL to create uses ANY or MATCH",
+                    request.principal)
+        return respond(request, {"results": [
+            {"error_code": ErrorCode.unknown_server_error, "error_message": None}
+            for _ in creations]})
     results: list[KafkaError | None] = []
     valid: list[Acl] = []
-    for item in creations:
-        acl = _acl_of(item)
+    for acl in wanted:
         if acl.resource_type is ResourceType.CLUSTER and acl.resource_name != CLUSTER_NAME:
             results.append(KafkaError(ErrorCode.invalid_request, "The only valid name for "
                                       f"the CLUSTER resource is {CLUSTER_NAME}"))

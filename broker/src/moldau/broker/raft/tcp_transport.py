@@ -79,6 +79,7 @@ from moldau.broker.raft.wire import (
 )
 from moldau.protocol.build import build
 from moldau.protocol.messages import (
+    MalformedRequest,
     decode_request,
     encode_response,
     is_flexible_request,
@@ -519,8 +520,12 @@ class TcpTransport:
 
         def done(task: asyncio.Task[bytes]) -> None:
             if task.cancelled() or task.exception() is not None:
-                if not task.cancelled():
-                    log.error("Serving api %d failed", api_key, exc_info=task.exception())
+                error = None if task.cancelled() else task.exception()
+                if isinstance(error, MalformedRequest):
+                    log.warning("Closing a connection from /%s to the controller listener: %s",
+                                conn.caller.host, error)
+                elif error is not None:
+                    log.error("Serving api %d failed", api_key, exc_info=error)
                 self._close_incoming(conn)
                 return
             slot.frame = task.result()
