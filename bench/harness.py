@@ -76,6 +76,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--workdir", type=Path, default=None,
                         help="parent of the bench directory (default: the system temp dir); "
                         "both brokers' logs and the disk test go there")
+    parser.add_argument("--broker-setting", action="append", default=[], metavar="KEY=VALUE",
+                        help="a setting for both brokers on top of the common ones (repeat "
+                        "it), e.g. to measure what an authorizer costs")
     return parser.parse_args(argv)
 
 
@@ -86,6 +89,11 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
+    for setting in args.broker_setting:
+        key, sep, value = setting.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--broker-setting {setting!r}: expected KEY=VALUE")
+        brokers.COMMON_SETTINGS[key] = value
     signal.signal(signal.SIGTERM, _interrupt)
     # A thousand client sockets here, and as many in the broker (inherits the limit).
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

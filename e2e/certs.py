@@ -64,7 +64,9 @@ class CertAuthority:
         return self.issued.cert_pem
 
     def issue(self, common_name: str, *, server: bool = False, unit: str = "Moldau",
-              expired: bool = False) -> Issued:
+              expired: bool = False, client: bool = False) -> Issued:
+        """A certificate for a server, or a client, or (server and client) a node that is
+        both, as the nodes of a quorum with client authentication are."""
         key = ec.generate_private_key(ec.SECP256R1())
         now = datetime.datetime.now(datetime.UTC)
         start, end = (now - 10 * _DAY, now - _DAY) if expired else (now - _DAY, now + 10 * _DAY)
@@ -72,8 +74,10 @@ class CertAuthority:
                    .issuer_name(self.issued.cert.subject).public_key(key.public_key())
                    .serial_number(x509.random_serial_number())
                    .not_valid_before(start).not_valid_after(end))
-        usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
-        builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        usages = [ExtendedKeyUsageOID.SERVER_AUTH] if server else []
+        if client or not server:
+            usages.append(ExtendedKeyUsageOID.CLIENT_AUTH)
+        builder = builder.add_extension(x509.ExtendedKeyUsage(usages), critical=False)
         if server:
             builder = builder.add_extension(x509.SubjectAlternativeName([
                 x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),

@@ -5,7 +5,9 @@ requests out of sequence, on the wire."""
 from __future__ import annotations
 
 import random
+import struct
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -192,6 +194,31 @@ def test_only_api_versions_and_handshake_before_authentication(bed: SaslBed) -> 
         assert conn.recv_frame() == b""
         conn.send(request(3, 1, 2, b"\xff\xff\xff\xff", flexible=False))
         assert conn.recv_frame()  # authenticated: Metadata answered
+
+
+def test_large_frames_before_authentication_close_the_connection(bed: SaslBed) -> None:
+    """sasl.server.max.receive.size (Kafka's 524288): before it has authenticated a client
+    cannot make the broker read a larger frame; afterwards socket.request.max.bytes applies."""
+    limit = 524288
+    with Conn(f"127.0.0.1:{bed.sasl_plaintext}") as conn:
+        conn.send(struct.pack(">i", limit + 1) + b"\0" * 1024)
+        assert conn.wait_closed()
+    wait_until(lambda: f"larger than sasl.server.max.receive.size ({limit})"
+               in bed.broker.tail(200), 10, "the refusal logged")
+    with Conn(f"127.0.0.1:{bed.sasl_plaintext}") as conn:
+        assert _handshake(conn, "PLAIN") == 0
+        conn.send(struct.pack(">i", limit + 1) + b"\0" * 1024)  # also mid-exchange
+        assert conn.wait_closed()
+    # A token just under the limit is read, and refused for what it says.
+    with Conn(f"127.0.0.1:{bed.sasl_plaintext}") as conn:
+        assert _handshake(conn, "PLAIN") == 0
+        error, _, _ = _authenticate(conn, b"\0" * (limit - 100))
+        assert error == 58  # SASL_AUTHENTICATION_FAILED
+    # Authenticated clients may send larger requests.
+    big = [replace(make_records(1)[0], value=random.Random(3).randbytes(700_000))]
+    assert kp_produce(f"127.0.0.1:{bed.sasl_plaintext}", unique("big"), big,
+                      security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
+                      sasl_plain_username="alice", sasl_plain_password="alice-secret") == [0]
 
 
 def test_garbage_sasl_frames_keep_the_broker_up(bed: SaslBed) -> None:

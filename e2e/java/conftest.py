@@ -8,6 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from e2e.conftest import _ACTIVE, Broker
+from e2e.java.acl_bed import AclBed, acl_bed
 from e2e.java.oracle import BROKER_SETTINGS, Target
 from e2e.kafka_dist import KafkaBroker, ensure_artifacts
 
@@ -36,6 +38,26 @@ def target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     finally:
         _KAFKA.remove(kafka)
         kafka.stop()
+
+
+@pytest.fixture(scope="module", params=["moldau", "kafka"])
+def acls_target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+                ) -> Iterator[AclBed]:
+    """A broker of either kind with ACLs and SASL users (acl_bed.py), one per module."""
+    workdir = tmp_path_factory.mktemp(f"acls-{request.param}")
+    started: list[Broker] = []
+
+    def moldau(overrides: dict[str, object], port: int) -> None:
+        broker = Broker(workdir / "moldau", overrides, port=port)
+        started.append(broker)
+        _ACTIVE.append(broker)
+        broker.start()
+
+    try:
+        yield from acl_bed(request.param, workdir, moldau)
+    finally:
+        for broker in started:
+            broker.close()
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -21,6 +21,14 @@ from moldau.broker.metadata.records import (
     TopicRecord,
 )
 from moldau.broker.raft.quorum_store import QUORUM_STATE_FILE
+from moldau.broker.security.acl import (
+    Acl,
+    AclFilter,
+    Operation,
+    PatternType,
+    Permission,
+    ResourceType,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -145,6 +153,7 @@ def assert_same_image(restored, image):
     assert {k: v for k, v in restored.configs.items() if v} == \
         {k: v for k, v in image.configs.items() if v}
     assert restored.next_producer_id == image.next_producer_id
+    assert restored.acls.by_id == image.acls.by_id
     assert restored.offset == image.offset
 
 
@@ -167,6 +176,17 @@ def test_snapshot_round_trip(tmp_path):
                 ConfigChange("retention.ms", None, 1)], incremental=True, validate_only=False)
             await controller.delete_topics(["c"])
             await controller.allocate_producer_ids(1)
+            await controller.create_acls([
+                Acl(ResourceType.TOPIC, "a", PatternType.LITERAL, "User:alice", "*",
+                    Operation.READ, Permission.ALLOW),
+                Acl(ResourceType.GROUP, "g", PatternType.PREFIXED, "User:*", "10.0.0.1",
+                    Operation.ALL, Permission.DENY),
+                Acl(ResourceType.TOPIC, "b", PatternType.LITERAL, "User:bob", "*",
+                    Operation.WRITE, Permission.ALLOW)])
+            await controller.delete_acls([AclFilter(
+                ResourceType.TOPIC, "b", PatternType.ANY, None, None, Operation.ANY,
+                Permission.ANY)])
+            assert len(quorum.image.acls) == 2
             await controller.heartbeat(2, epochs[2], quorum.image.offset, want_shut_down=True)
             await controller.heartbeat(3, epochs[3], quorum.image.offset, want_fence=True)
             image = quorum.image

@@ -17,6 +17,7 @@ from moldau.broker.log.config import (
     effective_log_config,
 )
 from moldau.broker.security.settings import (
+    AUTHORIZATION_KEYS,
     DEFAULT_PROTOCOL_MAP,
     SASL_PROTOCOLS,
     SECURITY_KEYS,
@@ -239,6 +240,7 @@ BROKER_CONFIG = ConfigDef([
               "How often transactional ids idle past transactional.id.expiration.ms are "
               "removed", at_least(1)),
     *SECURITY_KEYS,
+    *AUTHORIZATION_KEYS,
 ])
 
 def split_known(raw: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:

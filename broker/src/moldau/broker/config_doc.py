@@ -32,7 +32,8 @@ def _default(key: ConfigKey) -> str:
     value = key.default
     if value is None:
         return ""
-    return f"`{key.render(value)}`"
+    text = key.render(value)
+    return f"`{text}`" if text else "(empty)"
 
 
 def render() -> str:

@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Sequence
 
 from moldau.broker.config import BrokerConfig, Endpoint
+from moldau.broker.controller_listener import CONTROLLER_PORT, ControllerListener
 from moldau.broker.coordinators.group.coordinator import GroupCoordinator, GroupSettings
 from moldau.broker.coordinators.group.records import partition_for
 from moldau.broker.coordinators.group.store import OffsetsTopic
@@ -26,7 +27,7 @@ from moldau.broker.coordinators.transaction.records import TRANSACTION_TOPIC
 from moldau.broker.handlers import apis as _apis  # noqa: F401 - registers every handler
 from moldau.broker.handlers.api_versions import unsupported_version_response
 from moldau.broker.handlers.pool import RequestHandlerPool
-from moldau.broker.handlers.registry import APIS, Deferred, decode_frame, dispatch
+from moldau.broker.handlers.registry import APIS, decode_frame, dispatch
 from moldau.broker.log.cleaner import CleanerConfig
 from moldau.broker.log.dir_lock import DirLocks
 from moldau.broker.log.manager import LogManager
@@ -43,23 +44,23 @@ from moldau.broker.metrics.health import LoopLagMonitor
 from moldau.broker.metrics.http import HttpEndpoint
 from moldau.broker.metrics.stats import BrokerTopicStats
 from moldau.broker.network.channel import Request, RequestChannel
-from moldau.broker.network.connection import Connection
+from moldau.broker.network.connection import CloseConnection, Connection
 from moldau.broker.network.response import Response
 from moldau.broker.network.server import SocketServer
 from moldau.broker.raft.tcp_transport import Service
 from moldau.broker.replication.manager import ReplicaManager
-from moldau.broker.security.outgoing import controller_security
-from moldau.broker.security.principal import ANONYMOUS
+from moldau.broker.security.authorizer import AllowEverything, Authorizer, parse_super_users
+from moldau.broker.security.forwarding import address_bytes, principal_bytes
+from moldau.broker.security.outgoing import controller_security, inter_broker_security
 from moldau.broker.storage import ensure_formatted, quorum_cluster_id
 from moldau.errors import KafkaError
-from moldau.protocol.messages import RequestHeader, encode_response
+from moldau.protocol.messages import encode_request
 from moldau.security.scram import ScramCredential
 
 log = logging.getLogger("moldau.broker")
 
 MAINTENANCE_INTERVAL_S = 1.0
 CONTROLLED_SHUTDOWN_TIMEOUT_S = 30.0
-CONTROLLER_PORT = "CONTROLLER"
 
 
 class Broker:
@@ -89,6 +90,16 @@ class Broker:
     def started(self) -> bool:
         return not self.stage
 
+    def _authorizer(self) -> Authorizer | AllowEverything:
+        config = self.config
+        if not config["authorizer.class.name"]:
+            return AllowEverything()
+        super_users = parse_super_users(config["super.users"])
+        log.info("Authorizer %s: super.users=%s, allow.everyone.if.no.acl.found=%s",
+                 config["authorizer.class.name"], ";".join(sorted(super_users)) or "(none)",
+                 str(config["allow.everyone.if.no.acl.found"]).lower())
+        return Authorizer(self.image.acls, super_users, config["allow.everyone.if.no.acl.found"])
+
     def _scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
         return stored_credential(self.image, user, mechanism)
 
@@ -99,30 +110,21 @@ class Broker:
         header = request.header
         if header.api_key in FORWARDED_APIS and request.listener != CONTROLLER_PORT \
                 and not self.quorum.is_active:
-            # Admin changes are the active controller's: pass the request on as it is.
-            body = await self.controller_channel.forward(header.api_key, header.api_version,
-                                                         request.body)
-            if body is not None:
-                return Response.of(encode_response(header.correlation_id, body))
+            # Admin changes are the active controller's: it gets the request in an Envelope
+            # with the client's principal and address, and authorizes the client.
+            frame = encode_request(header.api_key, header.api_version, header.correlation_id,
+                                   header.client_id, request.body)
+            try:
+                answer = await self.controller_channel.forward(
+                    frame[4:], principal_bytes(request.principal), address_bytes(request.host))
+            except KafkaError as exc:
+                log.warning("Cannot forward %s to the controller: %s; with an authorizer, "
+                            "brokers need CLUSTER_ACTION on the cluster (super.users)",
+                            APIS[header.api_key].name, exc.code.name)
+                raise CloseConnection(f"{exc.message} ({exc.code.name})") from None
+            if answer is not None:
+                return Response.framed([answer])
         return await dispatch(self, request)
-
-    def _controller_port_api(self, api_key: int) -> Service | None:
-        """An admin API as served on the controller listener (forwarded by brokers)."""
-        entry = APIS.get(api_key)
-        if entry is None:
-            return None
-
-        async def serve(frame: bytes) -> bytes:
-            request = decode_frame(frame, _ControllerPortConnection(),
-                                   unsupported_version_response)
-            assert isinstance(request, Request)
-            result = await dispatch(self, request)
-            if isinstance(result, Deferred):
-                result = await result.wait
-            assert result is not None
-            return b"".join(part for part in result.parts if isinstance(part, bytes))
-
-        return entry.min_version, entry.max_version, serve
 
     async def start(self) -> None:
         started = time.monotonic()
@@ -145,6 +147,7 @@ class Broker:
             ensure_formatted, config.data_dirs, self.node_id,
             quorum_cluster_id(",".join(sorted(voters))) if voters else None)
         self.image = MetadataImage()
+        self.authorizer = self._authorizer()
         self.quorum = MetadataQuorum(config, self.image, self.cluster_id)
         # On a node without the controller role every change raises NOT_CONTROLLER; handlers
         # reach it only when forwarding to the active controller failed.
@@ -156,9 +159,11 @@ class Broker:
             session_timeout_ms=config["broker.session.timeout.ms"],
             unclean_leader_election=config["unclean.leader.election.enable"])
         services: dict[int, Service] = {}
+        listener = ControllerListener(self)
         if config.is_controller:
-            services = ControllerService(self.controller, self._controller_port_api).services()
-        await self.quorum.start(services)
+            services = ControllerService(self.controller, listener.api,
+                                         listener.cluster_action).services()
+        await self.quorum.start(services, identify=listener.identify, gate=listener.gate)
         if self.http is not None:
             self.http.quorum_started()
         self.controller_channel = ControllerChannel(
@@ -304,7 +309,8 @@ class Broker:
                 "transaction.remove.expired.transaction.cleanup.interval.ms"])
         self.transactions = TransactionCoordinator(
             settings, topic, self.producer_ids.next_id,
-            MarkerChannel(self.node_id, self.replicas, self.groups.markers_written))
+            MarkerChannel(self.node_id, self.replicas, self.groups.markers_written,
+                          security=inter_broker_security(self.config)))
         # As for groups: the leader of a __transaction_state partition coordinates its ids.
         self.replicas.add_leadership_listener(self.transactions.on_leadership_change)
         await self.transactions.load_partitions(topic.led_partitions())
@@ -385,16 +391,3 @@ class Broker:
             await quorum.close()
         self.dir_locks.release()
         log.info("Shut down cleanly")
-
-
-class _ControllerPortConnection:
-    """Where a request that arrived on the controller listener came from, for handlers."""
-
-    listener = CONTROLLER_PORT
-    peer = "controller-listener"
-    principal = ANONYMOUS
-
-    def new_request(self, header: RequestHeader, body: object) -> Request:
-        return Request(header=header, body=body, connection=self,  # type: ignore[arg-type]
-                       received_at=time.monotonic(),
-                       response=asyncio.get_running_loop().create_future())

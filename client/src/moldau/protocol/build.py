@@ -105,7 +105,8 @@ def _convert(field: _Field, value: Any) -> Any:
         case "timedelta_i32" | "timedelta_i64":
             return datetime.timedelta(milliseconds=value)
         case "datetime_i64":
-            if value is None or value < 0:
+            # -1 is "none": null where the field is nullable, else written as -1 itself.
+            if value is None or (value < 0 and field.optional):
                 return None
             return datetime.datetime.fromtimestamp(value / 1000, _UTC)
     if field.sequence and value is not None:

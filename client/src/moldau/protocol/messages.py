@@ -136,6 +136,14 @@ def decode_request(api_key: int, version: int, frame: bytes | memoryview, offset
     return body
 
 
+def encode_entity(entity: Any) -> bytes:
+    """A message's bytes alone, without size or header (data schemas such as
+    DefaultPrincipalData)."""
+    buffer = io.BytesIO()
+    _writer(type(entity))(buffer, entity)
+    return buffer.getvalue()
+
+
 def encode_response(correlation_id: int, body: Any, *, header_v0: bool = False) -> bytes:
     """Frame a response: size, header (v0, or v1 with tagged fields when flexible), body."""
     buffer = io.BytesIO()

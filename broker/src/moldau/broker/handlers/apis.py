@@ -1,6 +1,7 @@
 """Every API handler, imported so that each registers itself in the API table."""
 
 from moldau.broker.handlers import (  # noqa: F401
+    acls,
     api_versions,
     client_quotas,
     cluster,

@@ -6,9 +6,11 @@ import asyncio
 import shutil
 from typing import TYPE_CHECKING, Any
 
+from moldau.broker.handlers.authz import cluster_allowed, cluster_operations
 from moldau.broker.handlers.metadata import brokers_for, controller_id
 from moldau.broker.handlers.registry import Result, api, respond
 from moldau.broker.network.channel import Request
+from moldau.broker.security.acl import Operation
 from moldau.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -19,12 +21,18 @@ if TYPE_CHECKING:
 async def handle_describe_cluster(broker: Broker, request: Request) -> Result:
     brokers = [{"broker_id": node["node_id"], "host": node["host"], "port": node["port"],
                 "rack": node["rack"]} for node in brokers_for(broker, request.listener)]
+    operations = cluster_operations(broker, request) \
+        if request.body.include_cluster_authorized_operations else -2**31
     return respond(request, {"error_code": ErrorCode.none, "cluster_id": broker.cluster_id,
-                             "controller_id": controller_id(broker), "brokers": brokers})
+                             "controller_id": controller_id(broker), "brokers": brokers,
+                             "cluster_authorized_operations": operations})
 
 
 @api(35, "DescribeLogDirs", 1, 4)
 async def handle_describe_log_dirs(broker: Broker, request: Request) -> Result:
+    if not cluster_allowed(broker, request, Operation.DESCRIBE):
+        return respond(request, {"error_code": ErrorCode.cluster_authorization_failed,
+                                 "results": []})
     wanted = request.body.topics
     selected = None if wanted is None else {
         (topic.topic, index) for topic in wanted for index in topic.partitions}

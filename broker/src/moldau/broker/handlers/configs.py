@@ -6,15 +6,37 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from moldau.broker.config import BROKER_CONFIG
+from moldau.broker.handlers.authz import CLUSTER, GROUP, MESSAGES, TOPIC, allowed
 from moldau.broker.handlers.registry import Result, api, respond
 from moldau.broker.log.config import BROKER_SYNONYMS, TOPIC_CONFIG
 from moldau.broker.metadata.controller import ConfigChange
 from moldau.broker.metadata.records import BROKER_RESOURCE, TOPIC_RESOURCE
 from moldau.broker.network.channel import Request
+from moldau.broker.security.acl import CLUSTER_NAME, Operation
 from moldau.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from moldau.broker.server import Broker
+
+BROKER_LOGGER_RESOURCE = 8
+CLIENT_METRICS_RESOURCE = 16
+GROUP_RESOURCE = 32
+
+
+def config_refusal(broker: Broker, request: Request, operation: Operation,
+                   resource_type: int, name: str) -> ErrorCode | None:
+    """Kafka's rule for a config resource: topics need the operation (DESCRIBE_CONFIGS or
+    ALTER_CONFIGS) on the topic, groups on the group, brokers on the cluster."""
+    if resource_type == TOPIC_RESOURCE:
+        target, denied = (TOPIC, name), ErrorCode.topic_authorization_failed
+    elif resource_type == GROUP_RESOURCE:
+        target, denied = (GROUP, name), ErrorCode.group_authorization_failed
+    elif resource_type in (BROKER_RESOURCE, BROKER_LOGGER_RESOURCE, CLIENT_METRICS_RESOURCE):
+        target, denied = (CLUSTER, CLUSTER_NAME), ErrorCode.cluster_authorization_failed
+    else:
+        return None  # refused later as an unknown resource
+    return None if allowed(broker, request, operation, *target) else denied
+
 
 # DescribeConfigsResponse config sources.
 TOPIC_CONFIG_SOURCE = 1
@@ -91,7 +113,11 @@ async def handle_describe_configs(broker: Broker, request: Request) -> Result:
                                   "resource_name": resource.resource_name,
                                   "error_code": ErrorCode.none, "configs": []}
         keys = resource.configuration_keys
-        if resource.resource_type == TOPIC_RESOURCE:
+        refusal = config_refusal(broker, request, Operation.DESCRIBE_CONFIGS,
+                                 resource.resource_type, resource.resource_name)
+        if refusal is not None:
+            result.update(error_code=refusal, error_message=MESSAGES[refusal])
+        elif resource.resource_type == TOPIC_RESOURCE:
             if resource.resource_name in broker.image.topics:
                 result["configs"] = topic_config_entries(
                     broker, resource.resource_name, keys=keys, synonyms=synonyms,
@@ -119,6 +145,12 @@ async def _alter(broker: Broker, request: Request, incremental: bool) -> Result:
                    for item in resource.configs]
         response = {"resource_type": resource.resource_type,
                     "resource_name": resource.resource_name, "error_code": ErrorCode.none}
+        refusal = config_refusal(broker, request, Operation.ALTER_CONFIGS,
+                                 resource.resource_type, resource.resource_name)
+        if refusal is not None:
+            response.update(error_code=refusal, error_message=MESSAGES[refusal])
+            responses.append(response)
+            continue
         try:
             await broker.controller.alter_configs(
                 resource.resource_type, resource.resource_name, changes,

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from moldau.broker.handlers.authz import TOPIC, allowed_names
 from moldau.broker.handlers.registry import Result, api, respond
 from moldau.broker.network.channel import Request
+from moldau.broker.security.acl import Operation
 from moldau.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
@@ -20,11 +22,16 @@ if TYPE_CHECKING:
 
 @api(61, "DescribeProducers", 0, 0)
 async def handle_describe_producers(broker: Broker, request: Request) -> Result:
+    topics = request.body.topics
+    readable = allowed_names(broker, request, Operation.READ, TOPIC,
+                             (topic.name for topic in topics))
     return respond(request, {"topics": [
         {"name": topic.name,
-         "partitions": [_partition(broker, topic.name, index)
+         "partitions": [_partition(broker, topic.name, index) if topic.name in readable
+                        else {"partition_index": index, "active_producers": [],
+                              "error_code": ErrorCode.topic_authorization_failed}
                         for index in topic.partition_indexes]}
-        for topic in request.body.topics]})
+        for topic in topics]})
 
 
 def _partition(broker: Broker, topic: str, index: int) -> dict[str, Any]:

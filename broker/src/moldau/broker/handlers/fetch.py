@@ -16,12 +16,14 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
+from moldau.broker.handlers.authz import TOPIC, allowed, cluster_allowed
 from moldau.broker.handlers.fetch_response import PartitionData, TopicData, encode_fetch_response
 from moldau.broker.handlers.registry import Deferred, Result, api
 from moldau.broker.log.log import PartitionLog
 from moldau.broker.network.channel import Request
 from moldau.broker.network.response import Response
 from moldau.broker.replication.manager import Partition
+from moldau.broker.security.acl import Operation
 from moldau.errors import ErrorCode, KafkaError
 from moldau.protocol.build import millis
 
@@ -77,6 +79,8 @@ class _FetchPlan:
         self.read_committed = body.isolation_level == READ_COMMITTED
         self.replica_id = replica_id_of(self.version, body)
         self.topics: list[tuple[str | None, Any, list[Any]]] = []
+        # Topics the client may not read: their partitions answer TOPIC_AUTHORIZATION_FAILED.
+        self.refused: set[str] = set()
         for topic in body.topics:
             if self.version >= 13:
                 image = broker.image.topics_by_id.get(topic.topic_id)
@@ -86,9 +90,23 @@ class _FetchPlan:
                 image = broker.image.topics.get(topic.topic)
                 self.topics.append((topic.topic, image.topic_id if image else None,
                                     list(topic.partitions)))
+        if broker.authorizer.enabled:
+            self._authorize()
+
+    def _authorize(self) -> None:
+        """Kafka's rules: a follower needs CLUSTER_ACTION on the cluster, a consumer READ on
+        each topic."""
+        names = {name for name, _, _ in self.topics if name}
+        if self.replica_id >= 0:
+            if not cluster_allowed(self.broker, self.request, Operation.CLUSTER_ACTION):
+                self.refused = names
+            return
+        self.refused = {name for name in names if not allowed(
+            self.broker, self.request, Operation.READ, TOPIC, name)}
 
     def keys(self) -> list[tuple[str, int]]:
-        return [(name, p.partition) for name, _, parts in self.topics if name for p in parts]
+        return [(name, p.partition) for name, _, parts in self.topics
+                if name and name not in self.refused for p in parts]
 
     def read(self) -> tuple[list[TopicData], int, bool]:
         """Read every partition; returns the data, bytes read and whether any failed."""
@@ -114,6 +132,9 @@ class _FetchPlan:
         if name is None:
             out.error_code = UNKNOWN_TOPIC_ID if self.version >= 13 else \
                 ErrorCode.unknown_topic_or_partition.value
+            return out
+        if name in self.refused:
+            out.error_code = ErrorCode.topic_authorization_failed.value
             return out
         try:
             partition = self.broker.replicas.leader(name, wanted.partition)

@@ -7,9 +7,19 @@ from typing import TYPE_CHECKING, Any
 
 from moldau.broker.coordinators.group.group import GroupState, JoinResult, SyncResult
 from moldau.broker.coordinators.group.records import partition_for
+from moldau.broker.handlers.authz import (
+    GROUP,
+    MESSAGES,
+    TRANSACTIONAL_ID,
+    allowed,
+    allowed_names,
+    authorized_operations,
+    cluster_allowed,
+)
 from moldau.broker.handlers.registry import Deferred, Result, api, respond
 from moldau.broker.network.channel import Request
 from moldau.broker.network.response import Response
+from moldau.broker.security.acl import Operation
 from moldau.errors import ErrorCode, KafkaError
 from moldau.protocol.build import millis
 
@@ -18,7 +28,6 @@ if TYPE_CHECKING:
 
 GROUP_KEY = 0
 TRANSACTION_KEY = 1
-GROUP_OPERATIONS = sum(1 << bit for bit in (3, 6, 8))  # READ, DELETE, DESCRIBE
 
 
 def client_host(request: Request) -> str:
@@ -52,10 +61,21 @@ def _group_coordinator(broker: Broker, group_id: str, listener: str) -> dict[str
     return _coordinator(broker, topic.name, partition_for(group_id, topic.partitions), listener)
 
 
-async def _find(broker: Broker, key_type: int, key: str, listener: str) -> dict[str, Any]:
+def _refused(error: ErrorCode) -> dict[str, Any]:
+    return {"error_code": error, "error_message": MESSAGES[error]}
+
+
+async def _find(broker: Broker, request: Request, key_type: int, key: str
+                ) -> dict[str, Any]:
+    """The coordinator of a group or transactional id the client may describe."""
+    listener = request.listener
     if key_type == GROUP_KEY:
+        if not allowed(broker, request, Operation.DESCRIBE, GROUP, key):
+            return _refused(ErrorCode.group_authorization_failed)
         await broker.offsets_topic.ensure_created()
         return _group_coordinator(broker, key, listener)
+    if not allowed(broker, request, Operation.DESCRIBE, TRANSACTIONAL_ID, key):
+        return _refused(ErrorCode.transactional_id_authorization_failed)
     if not key:
         return {"error_code": ErrorCode.invalid_request,
                 "error_message": "The transactional id must not be empty"}
@@ -78,7 +98,7 @@ async def handle_find_coordinator(broker: Broker, request: Request) -> Result:
                           error_message=f"Unknown coordinator key type {key_type}")
         else:
             try:
-                answer.update(await _find(broker, key_type, key, request.listener))
+                answer.update(await _find(broker, request, key_type, key))
             except KafkaError as exc:
                 answer.update(error_code=ErrorCode.coordinator_not_available,
                               error_message=exc.message)
@@ -94,6 +114,11 @@ async def handle_join_group(broker: Broker, request: Request) -> Result:
     version = request.header.api_version
     session_ms = millis(body.session_timeout)
     rebalance_ms = millis(body.rebalance_timeout) if version >= 1 else session_ms
+    if not allowed(broker, request, Operation.READ, GROUP, body.group_id):
+        return respond(request, {
+            "error_code": ErrorCode.group_authorization_failed, "generation_id": -1,
+            "protocol_name": None if version >= 7 else "", "leader": "", "member_id": "",
+            "members": []})
 
     async def join() -> Response:
         result: JoinResult = await broker.groups.join(
@@ -116,6 +141,9 @@ async def handle_join_group(broker: Broker, request: Request) -> Result:
 @api(14, "SyncGroup", 0, 5)
 async def handle_sync_group(broker: Broker, request: Request) -> Result:
     body = request.body
+    if not allowed(broker, request, Operation.READ, GROUP, body.group_id):
+        return respond(request, {"error_code": ErrorCode.group_authorization_failed,
+                                 "assignment": b""})
 
     async def sync() -> Response:
         result: SyncResult = await broker.groups.sync(
@@ -134,6 +162,8 @@ async def handle_sync_group(broker: Broker, request: Request) -> Result:
 @api(12, "Heartbeat", 0, 4)
 async def handle_heartbeat(broker: Broker, request: Request) -> Result:
     body = request.body
+    if not allowed(broker, request, Operation.READ, GROUP, body.group_id):
+        return respond(request, {"error_code": ErrorCode.group_authorization_failed})
     error = broker.groups.heartbeat(body.group_id, body.generation_id, body.member_id,
                                     getattr(body, "group_instance_id", None))
     return respond(request, {"error_code": error})
@@ -142,6 +172,9 @@ async def handle_heartbeat(broker: Broker, request: Request) -> Result:
 @api(13, "LeaveGroup", 0, 5)
 async def handle_leave_group(broker: Broker, request: Request) -> Result:
     body = request.body
+    if not allowed(broker, request, Operation.READ, GROUP, body.group_id):
+        return respond(request, {"error_code": ErrorCode.group_authorization_failed,
+                                 "members": []})
     if request.header.api_version <= 2:
         [error] = broker.groups.leave(body.group_id, [(body.member_id, None)])
         return respond(request, {"error_code": error})
@@ -159,6 +192,11 @@ async def handle_describe_groups(broker: Broker, request: Request) -> Result:
     with_ops = bool(getattr(body, "include_authorized_operations", False))
     described = []
     for group_id in body.groups:
+        if not allowed(broker, request, Operation.DESCRIBE, GROUP, group_id):
+            described.append({"group_id": group_id, "group_state": "", "protocol_type": "",
+                              "protocol_data": "", "members": [],
+                              **_refused(ErrorCode.group_authorization_failed)})
+            continue
         group = broker.groups.groups.get(group_id)
         owner_error = broker.groups.group_error(group_id)
         if owner_error is not ErrorCode.none:
@@ -173,7 +211,10 @@ async def handle_describe_groups(broker: Broker, request: Request) -> Result:
                              error_message=f"Group {group_id} not found.")
         else:
             entry = {**group.describe(), "error_code": ErrorCode.none}
-        entry["authorized_operations"] = GROUP_OPERATIONS if with_ops else -2**31
+        entry["authorized_operations"] = (
+            authorized_operations(broker, request, GROUP, group_id)
+            if with_ops and version >= 3 and entry["error_code"] is ErrorCode.none
+            else -2**31)
         described.append(entry)
     return respond(request, {"groups": described})
 
@@ -183,8 +224,13 @@ async def handle_list_groups(broker: Broker, request: Request) -> Result:
     body = request.body
     states = {state.lower() for state in getattr(body, "states_filter", ())}
     types = {kind.lower() for kind in getattr(body, "types_filter", ())}
+    # DESCRIBE on the cluster lists every group; otherwise the groups the client may describe.
+    everything = cluster_allowed(broker, request, Operation.DESCRIBE, log_denied=False)
     listed = []
     for group in broker.groups.groups.values():
+        if not everything and not allowed(broker, request, Operation.DESCRIBE, GROUP,
+                                          group.group_id, log_denied=False):
+            continue
         if group.is_(GroupState.DEAD):
             continue
         if states and group.state.value.lower() not in states:
@@ -200,6 +246,8 @@ async def handle_list_groups(broker: Broker, request: Request) -> Result:
 @api(42, "DeleteGroups", 0, 2)
 async def handle_delete_groups(broker: Broker, request: Request) -> Result:
     names = list(request.body.groups_names)
-    errors = broker.groups.delete_groups(names)
-    return respond(request, {"results": [{"group_id": name, "error_code": error}
-                                         for name, error in zip(names, errors, strict=True)]})
+    deletable = allowed_names(broker, request, Operation.DELETE, GROUP, names)
+    errors = iter(broker.groups.delete_groups([name for name in names if name in deletable]))
+    return respond(request, {"results": [
+        {"group_id": name, "error_code": next(errors) if name in deletable
+         else ErrorCode.group_authorization_failed} for name in names]})

@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from moldau.broker.handlers.authz import (
+    TOPIC,
+    allowed_names,
+    authorized_operations,
+    cluster_allowed,
+    cluster_operations,
+)
 from moldau.broker.handlers.registry import Result, api, respond
 from moldau.broker.metadata.controller import INTERNAL_TOPICS, NewTopic, validate_topic_name
 from moldau.broker.metadata.image import TopicImage
 from moldau.broker.network.channel import Request
 from moldau.broker.network.response import Response
+from moldau.broker.security.acl import Operation
 from moldau.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from moldau.broker.server import Broker
 
-# Every operation on a topic is allowed: no authorizer is configured.
-TOPIC_OPERATIONS = sum(1 << bit for bit in (3, 4, 5, 6, 7, 8, 10, 11))
 UNKNOWN_TOPIC_ID = 100
 
 
@@ -42,7 +49,9 @@ def controller_id(broker: Broker) -> int:
     return broker.node_id
 
 
-def describe_topic(topic: TopicImage, *, with_operations: bool) -> dict[str, Any]:
+def describe_topic(topic: TopicImage, operations: int | None) -> dict[str, Any]:
+    """A topic's metadata; `operations` is its authorized-operations bit field, or None when
+    the client did not ask for it."""
     return {
         "error_code": ErrorCode.none,
         "name": topic.name,
@@ -54,7 +63,7 @@ def describe_topic(topic: TopicImage, *, with_operations: bool) -> dict[str, Any
                         "isr_nodes": list(record.isr), "offline_replicas": []}
                        for record in sorted(topic.partitions.values(),
                                             key=lambda r: r.partition)],
-        "topic_authorized_operations": TOPIC_OPERATIONS if with_operations else -2**31,
+        "topic_authorized_operations": -2**31 if operations is None else operations,
     }
 
 
@@ -124,12 +133,17 @@ async def handle_metadata(broker: Broker, request: Request) -> Result:
     body = request.body
     version = request.header.api_version
     image = broker.image
+    checked = broker.authorizer.enabled
     with_ops = bool(getattr(body, "include_topic_authorized_operations", False))
+    with_cluster_ops = 8 <= version <= 10 and bool(
+        getattr(body, "include_cluster_authorized_operations", False))
     wanted = body.topics
+    all_topics = wanted is None or (version == 0 and not wanted)
     cache = _caches.setdefault(id(broker), _ResponseCache())
-    names_key = None if wanted is None or (version == 0 and not wanted) else \
-        tuple(item.name for item in wanted)
-    key = (version, request.listener, names_key, with_ops)
+    names_key = None if all_topics else tuple(item.name for item in wanted)
+    # What a client may see depends on who and where it is once ACLs apply.
+    who = (request.principal, request.host) if checked else None
+    key = (version, request.listener, names_key, with_ops, with_cluster_ops, who)
     offset = image.offset
     if names_key is None or (None not in names_key and
                              all(name in image.topics for name in names_key)):
@@ -138,45 +152,86 @@ async def handle_metadata(broker: Broker, request: Request) -> Result:
             return _with_correlation_id(frame, request.header.correlation_id)
     else:
         key = ()  # errors or auto-creation: answered fresh every time
-    if wanted is None or (version == 0 and not wanted):
-        topics = [describe_topic(topic, with_operations=with_ops)
-                  for topic in image.topics.values()]
+
+    def described(topic: TopicImage) -> dict[str, Any]:
+        operations = authorized_operations(broker, request, TOPIC, topic.name) \
+            if with_ops else None
+        return describe_topic(topic, operations)
+
+    if all_topics:
+        # Topics the client may not describe are left out, as if they did not exist.
+        visible = allowed_names(broker, request, Operation.DESCRIBE, TOPIC, image.topics,
+                                log_denied=False)
+        topics = [described(topic) for topic in image.topics.values()
+                  if topic.name in visible]
     else:
-        allow_create = (getattr(body, "allow_auto_topic_creation", True)
-                        and broker.config["auto.create.topics.enable"])
-        names = [item.name for item in wanted if item.name is not None]
-        missing = [name for name in dict.fromkeys(names) if name not in image.topics]
-        errors: dict[str, ErrorCode] = {}
-        if missing and allow_create:
-            errors = await _auto_create(broker, missing)
-        topics = []
-        for item in wanted:
-            name = item.name
-            if name is None:
-                topic = image.topics_by_id.get(getattr(item, "topic_id", None))
-                topics.append(describe_topic(topic, with_operations=with_ops) if topic else
-                              _error_topic(None, ErrorCode(UNKNOWN_TOPIC_ID), item.topic_id))
-            elif name in image.topics and name not in errors:
-                topics.append(describe_topic(image.topics[name], with_operations=with_ops))
-            else:
-                code = errors.get(name, ErrorCode.unknown_topic_or_partition)
-                if code is ErrorCode.unknown_topic_or_partition:
-                    try:
-                        validate_topic_name(name)
-                    except KafkaError as exc:
-                        code = exc.code
-                topics.append(_error_topic(name, code))
+        topics = await _named_topics(broker, request, wanted, described)
     response = respond(request, {
         "brokers": brokers_for(broker, request.listener),
         "cluster_id": broker.cluster_id,
         "controller_id": controller_id(broker),
         "topics": topics,
-        "cluster_authorized_operations": -2**31,
+        "cluster_authorized_operations": cluster_operations(broker, request)
+        if with_cluster_ops else -2**31,
     })
     if key and image.offset == offset:
         cache.get(offset, key)  # drops the answers of an older image
         cache.put(key, bytes(response.parts[0]))
     return response
+
+
+async def _named_topics(broker: Broker, request: Request, wanted: Any,
+                        described: Callable[[TopicImage], dict[str, Any]]
+                        ) -> list[dict[str, Any]]:
+    """The topics a Metadata request names (or gives by id), auto-creating missing ones when
+    allowed. Without DESCRIBE a topic is TOPIC_AUTHORIZATION_FAILED, exists or not; creating
+    one needs CREATE on the cluster or on the topic."""
+    image = broker.image
+    body = request.body
+    by_id = {item.topic_id: image.topics_by_id.get(item.topic_id)
+             for item in wanted if item.name is None}
+    names = [item.name for item in wanted if item.name is not None]
+    named = names + [topic.name for topic in by_id.values() if topic is not None]
+    describable = allowed_names(broker, request, Operation.DESCRIBE, TOPIC, named)
+    allow_create = (getattr(body, "allow_auto_topic_creation", True)
+                    and broker.config["auto.create.topics.enable"])
+    missing = [name for name in dict.fromkeys(names)
+               if name not in image.topics and name in describable]
+    errors: dict[str, ErrorCode] = {}
+    if missing and allow_create and broker.authorizer.enabled and not cluster_allowed(
+            broker, request, Operation.CREATE, log_denied=False):
+        creatable = allowed_names(broker, request, Operation.CREATE, TOPIC, missing)
+        errors = {name: ErrorCode.topic_authorization_failed for name in missing
+                  if name not in creatable}
+        missing = [name for name in missing if name in creatable]
+    if missing and allow_create:
+        errors.update(await _auto_create(broker, missing))
+    topics = []
+    for item in wanted:
+        name = item.name
+        if name is None:
+            topic = by_id[item.topic_id]
+            if topic is None:
+                topics.append(_error_topic(None, ErrorCode(UNKNOWN_TOPIC_ID), item.topic_id))
+            elif topic.name not in describable:
+                # Topic ids are not secret: Kafka answers with the id, but not the name.
+                topics.append(_error_topic(None, ErrorCode.topic_authorization_failed,
+                                           item.topic_id))
+            else:
+                topics.append(described(topic))
+        elif name not in describable:
+            topics.append(_error_topic(name, ErrorCode.topic_authorization_failed))
+        elif name in image.topics and name not in errors:
+            topics.append(described(image.topics[name]))
+        else:
+            code = errors.get(name, ErrorCode.unknown_topic_or_partition)
+            if code is ErrorCode.unknown_topic_or_partition:
+                try:
+                    validate_topic_name(name)
+                except KafkaError as exc:
+                    code = exc.code
+            topics.append(_error_topic(name, code))
+    return topics
 
 
 @api(75, "DescribeTopicPartitions", 0, 0)
@@ -186,6 +241,12 @@ async def handle_describe_topic_partitions(broker: Broker, request: Request) -> 
     body = request.body
     image = broker.image
     names = sorted({t.name for t in body.topics} if body.topics else image.topics)
+    # Without DESCRIBE a topic is left out of a listing and refused when named.
+    visible = allowed_names(broker, request, Operation.DESCRIBE, TOPIC, names,
+                            log_denied=bool(body.topics))
+    refused = [_error_topic(name, ErrorCode.topic_authorization_failed)
+               for name in names if name not in visible] if body.topics else []
+    names = [name for name in names if name in visible]
     cursor = body.cursor
     if cursor is not None:
         names = [name for name in names if name >= cursor.topic_name]
@@ -197,7 +258,8 @@ async def handle_describe_topic_partitions(broker: Broker, request: Request) -> 
         if topic is None:
             topics.append(_error_topic(name, ErrorCode.unknown_topic_or_partition))
             continue
-        described = describe_topic(topic, with_operations=True)
+        described = describe_topic(
+            topic, authorized_operations(broker, request, TOPIC, topic.name))
         first = cursor.partition_index if cursor is not None and \
             name == cursor.topic_name else 0
         partitions = [p for p in described["partitions"] if p["partition_index"] >= first]
@@ -216,4 +278,4 @@ async def handle_describe_topic_partitions(broker: Broker, request: Request) -> 
             following = names[names.index(name) + 1]
             next_cursor = {"topic_name": following, "partition_index": 0}
             break
-    return respond(request, {"topics": topics, "next_cursor": next_cursor})
+    return respond(request, {"topics": topics + refused, "next_cursor": next_cursor})

@@ -6,9 +6,11 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from moldau.broker.handlers.authz import TOPIC, allowed_names, cluster_allowed
 from moldau.broker.handlers.fetch import READ_COMMITTED, check_leader_epoch
 from moldau.broker.handlers.registry import Result, api, respond
 from moldau.broker.network.channel import Request
+from moldau.broker.security.acl import Operation
 from moldau.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
@@ -20,14 +22,27 @@ MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4
 
 
+def _refused(broker: Broker, request: Request, operation: Operation, names: Any) -> set[str]:
+    """The topics among `names` on which the operation is not allowed."""
+    names = set(names)
+    return names - allowed_names(broker, request, operation, TOPIC, names)
+
+
 def _per_partition(request_topics: Any, index_field: str,
-                   answer: Callable[[str, Any], dict[str, Any]]) -> list[dict[str, Any]]:
-    """Answer each requested partition, turning KafkaErrors into its error code."""
+                   answer: Callable[[str, Any], dict[str, Any]],
+                   refused: set[str] | frozenset[str] = frozenset(),
+                   denial: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Answer each requested partition, turning KafkaErrors into its error code; the
+    partitions of `refused` topics get TOPIC_AUTHORIZATION_FAILED (and `denial`'s fields)."""
     topics = []
     for topic in request_topics:
         partitions = []
         for wanted in topic.partitions:
             index = getattr(wanted, index_field)
+            if topic.name in refused:
+                partitions.append({"partition_index": index, **(denial or {}),
+                                   "error_code": ErrorCode.topic_authorization_failed})
+                continue
             try:
                 partitions.append({"partition_index": index, **answer(topic.name, wanted)})
             except KafkaError as exc:
@@ -63,8 +78,11 @@ async def handle_list_offsets(broker: Broker, request: Request) -> Result:
         return {"error_code": ErrorCode.none, "offset": offset, "timestamp": timestamp,
                 "leader_epoch": partition.leader_epoch if offset >= 0 else -1}
 
-    return respond(request, {"topics": _per_partition(request.body.topics, "partition_index",
-                                                      answer)})
+    refused = _refused(broker, request, Operation.DESCRIBE,
+                       (topic.name for topic in request.body.topics))
+    return respond(request, {"topics": _per_partition(
+        request.body.topics, "partition_index", answer, refused,
+        {"offset": -1, "timestamp": -1, "leader_epoch": -1})})
 
 
 @api(21, "DeleteRecords", 0, 2)
@@ -76,8 +94,12 @@ async def handle_delete_records(broker: Broker, request: Request) -> Result:
             raise KafkaError(ErrorCode.offset_out_of_range)
         return {"error_code": ErrorCode.none, "low_watermark": log.delete_records(offset)}
 
+    refused = _refused(broker, request, Operation.DELETE,
+                       (topic.name for topic in request.body.topics))
+
     def delete_all() -> list[dict[str, Any]]:
-        topics = _per_partition(request.body.topics, "partition_index", answer)
+        topics = _per_partition(request.body.topics, "partition_index", answer, refused,
+                                {"low_watermark": -1})
         broker.logs.checkpoint()  # the new log start offsets must survive a crash
         return topics
 
@@ -90,12 +112,22 @@ async def handle_delete_records(broker: Broker, request: Request) -> Result:
 async def handle_offset_for_leader_epoch(broker: Broker, request: Request) -> Result:
     """KIP-101/320: the end offset of a leader epoch, so a client, or a follower starting
     to follow (replica_id >= 0, v3+), can tell where its log stops agreeing with the
-    leader's. Only the leader answers, with its current epoch checked as for Fetch."""
+    leader's. Only the leader answers, with its current epoch checked as for Fetch. A
+    follower needs CLUSTER_ACTION on the cluster, a consumer DESCRIBE on the topic."""
+    names = {topic.topic for topic in request.body.topics}
+    refused: set[str] = set()
+    if broker.authorizer.enabled and not cluster_allowed(
+            broker, request, Operation.CLUSTER_ACTION, log_denied=False):
+        refused = _refused(broker, request, Operation.DESCRIBE, names)
     topics = []
     for topic in request.body.topics:
         partitions = []
         for wanted in topic.partitions:
             entry: dict[str, Any] = {"partition": wanted.partition}
+            if topic.topic in refused:
+                entry.update(error_code=ErrorCode.topic_authorization_failed)
+                partitions.append(entry)
+                continue
             try:
                 partition = broker.replicas.leader(topic.topic, wanted.partition)
                 check_leader_epoch(partition, wanted.current_leader_epoch)

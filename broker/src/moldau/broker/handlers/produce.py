@@ -9,11 +9,13 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING, Any
 
+from moldau.broker.handlers.authz import TOPIC, TRANSACTIONAL_ID, allowed
 from moldau.broker.handlers.registry import Deferred, Result, api, respond
 from moldau.broker.network.channel import Request
 from moldau.broker.network.connection import CloseConnection
 from moldau.broker.network.response import Response
 from moldau.broker.replication.manager import ProduceResult
+from moldau.broker.security.acl import Operation
 from moldau.errors import ErrorCode
 from moldau.protocol.build import millis
 from moldau.protocol.messages import MalformedRequest
@@ -75,15 +77,30 @@ async def handle_produce(broker: Broker, request: Request) -> Result:
                for topic in body.topic_data for partition in topic.partition_data]
     if acks not in (-1, 0, 1):
         return _respond(request, entries, None)
-    if body.transactional_id is None and any(_transactional(r) for _, _, r in entries):
-        # As Kafka: transactional records need the request's transactional id (and the
-        # right to write for it); every partition gets the error.
+    transactional_id = body.transactional_id
+    checked = broker.authorizer.enabled
+    # As Kafka: transactional records need the request's transactional id and the right to
+    # write for it; without them every partition gets the error.
+    if (transactional_id is None or checked) \
+            and any(_transactional(r) for _, _, r in entries) \
+            and (transactional_id is None or not allowed(
+                broker, request, Operation.WRITE, TRANSACTIONAL_ID, transactional_id)):
         denied = ErrorCode.transactional_id_authorization_failed
         return _respond(request, entries, [ProduceResult(error=denied) for _ in entries])
+    writable = entries
+    if checked:
+        refused = {name for name in {name for name, _, _ in entries}
+                   if not allowed(broker, request, Operation.WRITE, TOPIC, name)}
+        if refused:
+            writable = [entry for entry in entries if entry[0] not in refused]
     replicas = broker.replicas
-    results = await replicas.append(entries, acks=acks, timeout_ms=timeout_ms, wait=False,
+    results = await replicas.append(writable, acks=acks, timeout_ms=timeout_ms, wait=False,
                                     produce_version=request.header.api_version)
-    broker.topic_stats.record_produce(entries, results)
+    broker.topic_stats.record_produce(writable, results)
+    if writable is not entries:
+        appended = iter(results)
+        results = [ProduceResult(error=ErrorCode.topic_authorization_failed)
+                   if name in refused else next(appended) for name, _, _ in entries]
     if acks == 0:
         if any(r.error is not ErrorCode.none for r in results):
             # The client expects no answer, so an error can only be signalled by closing.

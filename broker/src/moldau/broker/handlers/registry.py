@@ -40,6 +40,8 @@ Result = Response | Deferred | None
 Handler = Callable[["Broker", Request], Awaitable[Result]]
 # Decodes a version the schemas lack (Produce v0-2); None means "use kio".
 LegacyDecoder = Callable[[int, bytes, int], Any]
+# Checks a decoded body as Kafka checks it while parsing; a message closes the connection.
+BodyCheck = Callable[[Any], str | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,17 +53,18 @@ class Api:
     handle: Handler
     legacy_decoder: LegacyDecoder | None = None
     legacy_max_version: int = -1
+    check: BodyCheck | None = None
 
 
 APIS: dict[int, Api] = {}
 
 
 def api(key: int, name: str, min_version: int, max_version: int, *,
-        legacy_decoder: LegacyDecoder | None = None,
-        legacy_max_version: int = -1) -> Callable[[Handler], Handler]:
+        legacy_decoder: LegacyDecoder | None = None, legacy_max_version: int = -1,
+        check: BodyCheck | None = None) -> Callable[[Handler], Handler]:
     def register(handler: Handler) -> Handler:
         APIS[key] = Api(key, name, min_version, max_version, handler, legacy_decoder,
-                        legacy_max_version)
+                        legacy_max_version, check)
         return handler
     return register
 
@@ -93,6 +96,10 @@ def decode_frame(frame: bytes, connection: Connection,
     else:
         header = parse_header(frame, is_flexible_request(api_key, version))
         body = decode_request(api_key, version, frame, header.size)
+    if entry.check is not None:
+        problem = entry.check(body)
+        if problem is not None:
+            raise MalformedRequest(f"invalid {entry.name} request: {problem}")
     return connection.new_request(header, body)
 
 

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from moldau.broker.handlers.authz import MESSAGES, cluster_allowed
 from moldau.broker.handlers.registry import Result, api, respond
 from moldau.broker.metadata.scram_users import ScramChange
 from moldau.broker.network.channel import Request
+from moldau.broker.security.acl import Operation
 from moldau.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
@@ -17,6 +19,13 @@ if TYPE_CHECKING:
 
 @api(50, "DescribeUserScramCredentials", 0, 0)
 async def handle_describe_user_scram_credentials(broker: Broker, request: Request) -> Result:
+    if not cluster_allowed(broker, request, Operation.DESCRIBE):
+        denied = ErrorCode.cluster_authorization_failed
+        return respond(request, {"error_code": denied, "error_message": MESSAGES[denied],
+                                 "results": [{"user": "", "error_code": denied,
+                                              "error_message": MESSAGES[denied],
+                                              "credential_infos": []}
+                                             for _ in request.body.users or ()]})
     credentials: dict[str, list[dict[str, int]]] = {}
     for (user, mechanism), record in sorted(broker.image.scram.items()):
         credentials.setdefault(user, []).append({"mechanism": mechanism,
@@ -48,6 +57,12 @@ async def handle_describe_user_scram_credentials(broker: Broker, request: Reques
 @api(51, "AlterUserScramCredentials", 0, 0)
 async def handle_alter_user_scram_credentials(broker: Broker, request: Request) -> Result:
     body = request.body
+    if not cluster_allowed(broker, request, Operation.ALTER):
+        denied = ErrorCode.cluster_authorization_failed
+        users = sorted({item.name for item in (*body.deletions, *body.upsertions)})
+        return respond(request, {"results": [
+            {"user": user, "error_code": denied, "error_message": MESSAGES[denied]}
+            for user in users]})
     changes = [ScramChange(item.name, int(item.mechanism)) for item in body.deletions]
     changes += [ScramChange(item.name, int(item.mechanism), int(item.iterations),
                             bytes(item.salt), bytes(item.salted_password))

@@ -8,12 +8,22 @@ verification) and EndTxn up to v4 (v5 is transaction version 2); see docs/archit
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from moldau.broker.coordinators.group.records import OFFSETS_TOPIC, partition_for
 from moldau.broker.coordinators.transaction.records import TxnState
+from moldau.broker.handlers.authz import (
+    GROUP,
+    TOPIC,
+    TRANSACTIONAL_ID,
+    allowed,
+    allowed_names,
+)
 from moldau.broker.handlers.registry import Result, api, respond
+from moldau.broker.metadata.controller import INTERNAL_TOPICS
 from moldau.broker.network.channel import Request
+from moldau.broker.security.acl import Operation
 from moldau.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
@@ -36,11 +46,19 @@ def for_version(request: Request, error: ErrorCode) -> ErrorCode:
 @api(24, "AddPartitionsToTxn", 0, 3)
 async def handle_add_partitions_to_txn(broker: Broker, request: Request) -> Result:
     body = request.body
+    transactional_id = body.v3_and_below_transactional_id
     wanted = {topic.name: set(topic.partitions) for topic in body.v3_and_below_topics}
-    unknown = {(name, index) for name, parts in wanted.items() for index in parts
-               if not broker.partition_exists(name, index)}
-    if unknown:
-        # As Kafka: nothing is added when any partition is unknown.
+    if not allowed(broker, request, Operation.WRITE, TRANSACTIONAL_ID, transactional_id):
+        return _add_partitions_response(
+            request, wanted, lambda name, index: ErrorCode.transactional_id_authorization_failed)
+    # WRITE on each topic; internal topics are never added by clients (Kafka refuses them
+    # as unauthorized whatever the ACLs).
+    writable = allowed_names(broker, request, Operation.WRITE, TOPIC,
+                             (name for name in wanted if name not in INTERNAL_TOPICS))
+    failed = {(name, index) for name, parts in wanted.items() for index in parts
+              if name not in writable or not broker.partition_exists(name, index)}
+    if failed:
+        # As Kafka: nothing is added when any partition is refused or unknown.
         error = ErrorCode.none
     else:
         error = for_version(request, await broker.transactions.add_partitions(
@@ -48,11 +66,18 @@ async def handle_add_partitions_to_txn(broker: Broker, request: Request) -> Resu
             body.v3_and_below_producer_epoch, wanted))
 
     def outcome(name: str, index: int) -> ErrorCode:
-        if not unknown:
+        if not failed:
             return error
-        return ErrorCode.unknown_topic_or_partition if (name, index) in unknown \
+        if name not in writable:
+            return ErrorCode.topic_authorization_failed
+        return ErrorCode.unknown_topic_or_partition if (name, index) in failed \
             else ErrorCode.operation_not_attempted
 
+    return _add_partitions_response(request, wanted, outcome)
+
+
+def _add_partitions_response(request: Request, wanted: dict[str, set[int]],
+                             outcome: Callable[[str, int], ErrorCode]) -> Result:
     return respond(request, {"results_by_topic_v3_and_below": [
         {"name": name, "results_by_partition": [
             {"partition_index": index, "partition_error_code": outcome(name, index)}
@@ -65,6 +90,10 @@ async def handle_add_offsets_to_txn(broker: Broker, request: Request) -> Result:
     """The group's `__consumer_offsets` partition joins the transaction, so that its
     markers reach the offsets TxnOffsetCommit writes there."""
     body = request.body
+    if not allowed(broker, request, Operation.WRITE, TRANSACTIONAL_ID, body.transactional_id):
+        return respond(request, {"error_code": ErrorCode.transactional_id_authorization_failed})
+    if not allowed(broker, request, Operation.READ, GROUP, body.group_id):
+        return respond(request, {"error_code": ErrorCode.group_authorization_failed})
     try:
         await broker.offsets_topic.ensure_created()
     except KafkaError:
@@ -79,6 +108,8 @@ async def handle_add_offsets_to_txn(broker: Broker, request: Request) -> Result:
 @api(26, "EndTxn", 0, 4)
 async def handle_end_txn(broker: Broker, request: Request) -> Result:
     body = request.body
+    if not allowed(broker, request, Operation.WRITE, TRANSACTIONAL_ID, body.transactional_id):
+        return respond(request, {"error_code": ErrorCode.transactional_id_authorization_failed})
     error = await broker.transactions.end_txn(body.transactional_id, body.producer_id,
                                               body.producer_epoch, body.committed)
     return respond(request, {"error_code": for_version(request, error)})
@@ -95,6 +126,10 @@ async def handle_list_transactions(broker: Broker, request: Request) -> Result:
         listed = broker.transactions.list(
             states, set(body.producer_id_filters),
             body.duration_filter if request.header.api_version >= 1 else -1)
+    # Only the transactional ids the client may describe.
+    listed = [meta for meta in listed if allowed(
+        broker, request, Operation.DESCRIBE, TRANSACTIONAL_ID, meta.transactional_id,
+        log_denied=False)]
     return respond(request, {
         "error_code": broker.transactions.listing_error(), "unknown_state_filters": unknown,
         "transaction_states": [{"transactional_id": meta.transactional_id,
@@ -107,7 +142,10 @@ async def handle_list_transactions(broker: Broker, request: Request) -> Result:
 async def handle_describe_transactions(broker: Broker, request: Request) -> Result:
     states: list[dict[str, Any]] = []
     for txn_id in request.body.transactional_ids:
-        error, meta = broker.transactions.describe(txn_id)
+        if not allowed(broker, request, Operation.DESCRIBE, TRANSACTIONAL_ID, txn_id):
+            error, meta = ErrorCode.transactional_id_authorization_failed, None
+        else:
+            error, meta = broker.transactions.describe(txn_id)
         if meta is None:
             states.append({"error_code": error, "transactional_id": txn_id,
                            "transaction_state": "", "transaction_timeout": 0,
@@ -120,5 +158,8 @@ async def handle_describe_transactions(broker: Broker, request: Request) -> Resu
                        "transaction_start_time": meta.start_ms,
                        "producer_id": meta.producer_id, "producer_epoch": meta.producer_epoch,
                        "topics": [{"topic": topic, "partitions": sorted(parts)}
-                                  for topic, parts in sorted(meta.partitions.items())]})
+                                  for topic, parts in sorted(meta.partitions.items())
+                                  # only the topics the client may describe
+                                  if allowed(broker, request, Operation.DESCRIBE, TOPIC,
+                                             topic)]})
     return respond(request, {"transaction_states": states})

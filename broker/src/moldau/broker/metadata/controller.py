@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from moldau.broker.log.config import TOPIC_CONFIG
+from moldau.broker.metadata.acls import acl_of, plan_creations, plan_deletions
 from moldau.broker.metadata.image import BrokerRegistration
 from moldau.broker.metadata.partition_change import (
     NO_LEADER,
@@ -41,6 +42,7 @@ from moldau.broker.metadata.reassignment import (
 from moldau.broker.metadata.records import (
     BROKER_RESOURCE,
     TOPIC_RESOURCE,
+    AccessControlEntryRecord,
     BrokerRegistrationChangeRecord,
     ConfigRecord,
     MetadataRecord,
@@ -51,6 +53,7 @@ from moldau.broker.metadata.records import (
     TopicRecord,
 )
 from moldau.broker.metadata.scram_users import ScramChange, plan_changes
+from moldau.broker.security.acl import Acl, AclFilter
 from moldau.config import ConfigError, ConfigType
 from moldau.errors import ErrorCode, KafkaError
 
@@ -632,6 +635,29 @@ class Controller:
             changed_users = sorted(user for user, error in outcome.items() if error is None)
             if changed_users:
                 log.info("Altered SCRAM credentials of %s", ", ".join(changed_users))
+            return outcome
+
+    # --- ACLs ----------------------------------------------------------------------------
+
+    async def create_acls(self, acls: Sequence[Acl]) -> list[KafkaError | None]:
+        async with self._lock:
+            self._check_active()
+            outcome, records = plan_creations(self.image.acls, acls)
+            await self._commit(records)
+            for record in records:
+                assert isinstance(record, AccessControlEntryRecord)
+                log.info("Created ACL %s", acl_of(record))
+            return outcome
+
+    async def delete_acls(self, filters: Sequence[AclFilter]
+                          ) -> list[KafkaError | list[Acl]]:
+        async with self._lock:
+            self._check_active()
+            outcome, records = plan_deletions(self.image.acls, filters)
+            await self._commit(records)
+            for result in outcome:
+                for acl in result if isinstance(result, list) else ():
+                    log.info("Deleted ACL %s", acl)
             return outcome
 
     # --- reassignments and elections (KIP-455, KIP-460) -----------------------------------

@@ -21,6 +21,7 @@ from moldau.broker.metadata.controller_service import (
     ALTER_PARTITION,
     BROKER_HEARTBEAT,
     BROKER_REGISTRATION,
+    ENVELOPE,
 )
 from moldau.broker.metadata.image import MetadataImage
 from moldau.broker.metadata.quorum import MetadataQuorum
@@ -145,11 +146,16 @@ class ControllerChannel:
                                      ) from None
                 await asyncio.sleep(_RETRY_S)
 
-    async def forward(self, api_key: int, version: int, body: Any,
-                      timeout_s: float | None = None) -> Any | None:
-        """Send a client's admin request to the active controller as it is; None when this
-        node is the active controller (handle it here) or none can be reached."""
+    async def forward(self, request: bytes, principal: bytes, address: bytes,
+                      timeout_s: float | None = None) -> bytes | None:
+        """Send a client's admin request (its frame without the size) to the active
+        controller in an Envelope with the client's principal and address; the controller's
+        response (header and body, without the size). None when this node is the active
+        controller (handle it here) or none can be reached; KafkaError when the controller
+        refused the Envelope itself (this broker may not forward)."""
         deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
+        envelope = {"request_data": request, "request_principal": principal,
+                    "client_host_address": address}
         while time.monotonic() < deadline:
             leader = self.quorum.leader_id
             if leader == self.node_id and self.quorum.is_active:
@@ -157,7 +163,13 @@ class ControllerChannel:
             if leader is not None and leader != self.node_id:
                 try:
                     connection = await self._connection(leader)
-                    return await connection.send(api_key, version, body)
+                    answer = await connection.send(
+                        ENVELOPE, 0, build(request_class(ENVELOPE, 0), envelope))
+                    if answer.error_code == ErrorCode.none.value:
+                        return bytes(answer.response_data or b"")
+                    if answer.error_code != ErrorCode.not_controller.value:
+                        raise KafkaError(ErrorCode(answer.error_code),
+                                         f"controller {leader} refused the forwarded request")
                 except (_Retry, ClientError) as exc:
                     log.debug("Forwarding to controller %d failed: %s", leader, exc)
             await asyncio.sleep(_RETRY_S)

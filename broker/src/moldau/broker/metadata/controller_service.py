@@ -1,22 +1,29 @@
 """What the controller listener serves besides Raft: the brokers' requests to the controller
-(BrokerRegistration, BrokerHeartbeat, AlterPartition, AllocateProducerIds) and the admin
-requests brokers forward to the active controller (CreateTopics, DeleteTopics, ...).
+(BrokerRegistration, BrokerHeartbeat, AlterPartition, AllocateProducerIds), the admin requests
+brokers forward to the active controller in an Envelope carrying the client's principal and
+address (KIP-590), and the same admin requests sent to the listener directly.
 
 A node that is not the active controller answers NOT_CONTROLLER, so the sender looks for the
-new one.
+new one. With an authorizer, the brokers' requests and Envelopes need CLUSTER_ACTION on the
+cluster for the connection's principal (brokers are super users, as in Kafka); an admin request
+is authorized for its client by the handler that serves it, the Envelope's client or the
+connection's own principal.
 """
 
 from __future__ import annotations
 
+import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from moldau.broker.metadata.controller import Controller
-from moldau.broker.raft.tcp_transport import Service
+from moldau.broker.raft.tcp_transport import Caller, Service
+from moldau.broker.security.forwarding import host_of, principal_of
 from moldau.errors import ErrorCode, KafkaError
 from moldau.protocol.build import build
 from moldau.protocol.messages import (
+    MalformedRequest,
     decode_request,
     encode_response,
     is_flexible_request,
@@ -28,12 +35,16 @@ BROKER_REGISTRATION = 62
 BROKER_HEARTBEAT = 63
 ALTER_PARTITION = 56
 ALLOCATE_PRODUCER_IDS = 67
+ENVELOPE = 58
+
+log = logging.getLogger("moldau.broker.controller")
 
 # Admin requests a broker forwards to the active controller: (api key, min, max version).
 FORWARDED_APIS = {
     19: "CreateTopics", 20: "DeleteTopics", 37: "CreatePartitions", 33: "AlterConfigs",
     44: "IncrementalAlterConfigs", 43: "ElectLeaders", 45: "AlterPartitionReassignments",
     46: "ListPartitionReassignments", 55: "DescribeQuorum", 51: "AlterUserScramCredentials",
+    30: "CreateAcls", 31: "DeleteAcls",
 }
 
 
@@ -49,23 +60,75 @@ def _answer(header: Any, data: dict[str, Any]) -> bytes:
 
 
 class ControllerService:
-    def __init__(self, controller: Controller,
-                 forwarded: Callable[[int], Service | None]) -> None:
+    def __init__(self, controller: Controller, forwarded: Callable[[int], Service | None],
+                 cluster_action: Callable[[Caller], bool] = lambda caller: True) -> None:
         self.controller = controller
         self._forwarded = forwarded
+        # Whether a caller may act as a broker (CLUSTER_ACTION on the cluster).
+        self._cluster_action = cluster_action
 
     def services(self) -> dict[int, Service]:
-        services: dict[int, Service] = {
+        internal: dict[int, tuple[int, int, Callable[[bytes], Awaitable[bytes]]]] = {
             BROKER_REGISTRATION: (0, 4, self._broker_registration),
             BROKER_HEARTBEAT: (0, 1, self._broker_heartbeat),
             ALTER_PARTITION: (0, 3, self._alter_partition),
             ALLOCATE_PRODUCER_IDS: (0, 0, self._allocate_producer_ids),
         }
+        services: dict[int, Service] = {
+            key: (low, high, self._for_brokers(serve))
+            for key, (low, high, serve) in internal.items()}
+        services[ENVELOPE] = (0, 0, self._envelope)
         for api_key in FORWARDED_APIS:
             service = self._forwarded(api_key)
             if service is not None:
                 services[api_key] = service
         return services
+
+    def _refused(self, caller: Caller, what: str) -> bool:
+        if self._cluster_action(caller):
+            return False
+        log.warning("Refusing %s from %s (/%s) on the controller listener: it needs "
+                    "CLUSTER_ACTION on the cluster (make the brokers' principal a super user)",
+                    what, caller.principal, caller.host)
+        return True
+
+    def _for_brokers(self, serve: Callable[[bytes], Awaitable[bytes]]
+                     ) -> Callable[[bytes, Caller], Awaitable[bytes]]:
+        async def gated(frame: bytes, caller: Caller) -> bytes:
+            header, _ = _parse(frame)
+            if self._refused(caller, f"api {header.api_key}"):
+                return _answer(header, {"error_code": ErrorCode.cluster_authorization_failed})
+            return await serve(frame)
+        return gated
+
+    async def _envelope(self, frame: bytes, caller: Caller) -> bytes:
+        """A client's admin request forwarded by a broker, served as that client."""
+        header, body = _parse(frame)
+        if self._refused(caller, "a forwarded request"):
+            return _answer(header, {"error_code": ErrorCode.cluster_authorization_failed})
+        if not self.controller.quorum.is_active:
+            return _answer(header, {"error_code": ErrorCode.not_controller})
+        inner = bytes(body.request_data)
+        api_key = int.from_bytes(inner[0:2], "big")
+        version = int.from_bytes(inner[2:4], "big")
+        service = self._forwarded(api_key) if api_key in FORWARDED_APIS else None
+        try:
+            client = Caller(principal_of(bytes(body.request_principal or b"")),
+                            host_of(bytes(body.client_host_address)))
+        except ValueError as exc:
+            log.warning("Refusing a forwarded request from %s: %s", caller.principal, exc)
+            return _answer(header, {"error_code": ErrorCode.invalid_request})
+        if service is None or len(inner) < 8:
+            return _answer(header, {"error_code": ErrorCode.invalid_request})
+        low, high, serve = service
+        if not low <= version <= high:
+            return _answer(header, {"error_code": ErrorCode.unsupported_version})
+        try:
+            response = await serve(inner, client)
+        except MalformedRequest as exc:
+            log.warning("Refusing a forwarded request from %s: %s", caller.principal, exc)
+            return _answer(header, {"error_code": ErrorCode.invalid_request})
+        return _answer(header, {"error_code": ErrorCode.none, "response_data": response[4:]})
 
     async def _broker_registration(self, frame: bytes) -> bytes:
         header, body = _parse(frame)

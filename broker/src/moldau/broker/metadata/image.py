@@ -5,20 +5,24 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field, replace
 
+from moldau.broker.metadata.acls import acl_of, record_of
 from moldau.broker.metadata.records import (
     TOPIC_RESOURCE,
+    AccessControlEntryRecord,
     BrokerRegistrationChangeRecord,
     ConfigRecord,
     MetadataRecord,
     PartitionRecord,
     ProducerIdsRecord,
     RegisterBrokerRecord,
+    RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
     RemoveUserScramCredentialRecord,
     TopicRecord,
     UnregisterBrokerRecord,
     UserScramCredentialRecord,
 )
+from moldau.broker.security.acl_index import AclIndex
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,8 @@ class MetadataImage:
     brokers: dict[int, BrokerRegistration] = field(default_factory=dict)
     # (user, mechanism wire type) -> credential, as stored
     scram: dict[tuple[str, int], UserScramCredentialRecord] = field(default_factory=dict)
+    # Every ACL, indexed for the authorizer.
+    acls: AclIndex = field(default_factory=AclIndex)
     next_producer_id: int = 0
     offset: int = -1
 
@@ -103,6 +109,10 @@ class MetadataImage:
                 self.scram[(name, mechanism)] = record
             case RemoveUserScramCredentialRecord(name=name, mechanism=mechanism):
                 self.scram.pop((name, mechanism), None)
+            case AccessControlEntryRecord(id=acl_id):
+                self.acls.add(acl_id, acl_of(record))
+            case RemoveAccessControlEntryRecord(id=acl_id):
+                self.acls.remove(acl_id)
         self.offset = offset
 
     def clear(self) -> None:
@@ -112,6 +122,7 @@ class MetadataImage:
         self.configs.clear()
         self.brokers.clear()
         self.scram.clear()
+        self.acls.clear()
         self.next_producer_id = 0
         self.offset = -1
 
@@ -132,6 +143,7 @@ class MetadataImage:
             records += [ConfigRecord(kind, name, key, value)
                         for key, value in overrides.items()]
         records.extend(self.scram.values())
+        records += [record_of(acl_id, acl) for acl_id, acl in self.acls.by_id.items()]
         if self.next_producer_id:
             records.append(ProducerIdsRecord(-1, self.next_producer_id))
         return records

@@ -31,7 +31,7 @@ from moldau.broker.raft.log import OffsetAndEpoch, Snapshot
 from moldau.broker.raft.messages import Message
 from moldau.broker.raft.quorum_store import QUORUM_STATE_FILE
 from moldau.broker.raft.state import LeaderState, RaftConfig, Role
-from moldau.broker.raft.tcp_transport import Service, TcpTransport
+from moldau.broker.raft.tcp_transport import Gate, Identify, Service, TcpTransport
 from moldau.broker.raft.wire import QuorumInfo
 from moldau.broker.security.outgoing import controller_security, controller_server_context
 from moldau.errors import ErrorCode, KafkaError
@@ -143,7 +143,10 @@ class MetadataQuorum:
     def subscribe(self, publisher: Publisher) -> None:
         self.state_machine.publishers.append(publisher)
 
-    async def start(self, services: Mapping[int, Service] | None = None) -> None:
+    async def start(self, services: Mapping[int, Service] | None = None, *,
+                    identify: Identify | None = None, gate: Gate | None = None) -> None:
+        """Join the quorum; `identify` and `gate` tell who sends on the controller listener
+        and whether they may (see TcpTransport)."""
         os.makedirs(self.directory, exist_ok=True)
         await asyncio.to_thread(migrate_legacy_log, self.directory)
         listener = self.config.controller_listener
@@ -159,7 +162,8 @@ class MetadataQuorum:
                 cluster_id=self.cluster_id, describe_quorum=self.describe,
                 request_timeout_ms=self.config["controller.quorum.request.timeout.ms"],
                 services=services, ssl_server=controller_server_context(self.config),
-                ssl_client=controller_security(self.config).context)
+                ssl_client=controller_security(self.config).context, identify=identify,
+                gate=gate)
         else:
             transport = _NoPeers()
         self.driver = RaftDriver(self.node_id, self.voters, self.directory,

@@ -116,14 +116,37 @@ class RemoveUserScramCredentialRecord:
     mechanism: int
 
 
+@dataclass(frozen=True)
+class AccessControlEntryRecord:
+    """An ACL (Kafka's AccessControlEntryRecord), its enums as their wire codes."""
+
+    TYPE: ClassVar[str] = "access_control_entry"
+    id: uuid.UUID
+    resource_type: int
+    resource_name: str
+    pattern_type: int
+    principal: str
+    host: str
+    operation: int
+    permission_type: int
+
+
+@dataclass(frozen=True)
+class RemoveAccessControlEntryRecord:
+    TYPE: ClassVar[str] = "remove_access_control_entry"
+    id: uuid.UUID
+
+
 MetadataRecord = (TopicRecord | PartitionRecord | ConfigRecord | RemoveTopicRecord
                   | ProducerIdsRecord | RegisterBrokerRecord | BrokerRegistrationChangeRecord
                   | UnregisterBrokerRecord | UserScramCredentialRecord
-                  | RemoveUserScramCredentialRecord)
+                  | RemoveUserScramCredentialRecord | AccessControlEntryRecord
+                  | RemoveAccessControlEntryRecord)
 _TYPES: dict[str, type] = {cls.TYPE: cls for cls in (
     TopicRecord, PartitionRecord, ConfigRecord, RemoveTopicRecord, ProducerIdsRecord,
     RegisterBrokerRecord, BrokerRegistrationChangeRecord, UnregisterBrokerRecord,
-    UserScramCredentialRecord, RemoveUserScramCredentialRecord)}
+    UserScramCredentialRecord, RemoveUserScramCredentialRecord, AccessControlEntryRecord,
+    RemoveAccessControlEntryRecord)}
 
 
 def _plain(value: Any) -> Any:

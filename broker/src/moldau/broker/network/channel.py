@@ -35,6 +35,11 @@ class Request:
         return self.connection.peer
 
     @property
+    def host(self) -> str:
+        """The client's address as ACL hosts name it (`127.0.0.1`)."""
+        return self.connection.host
+
+    @property
     def listener(self) -> str:
         return self.connection.listener
 

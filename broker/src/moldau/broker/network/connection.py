@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from moldau.broker.network.channel import Request, RequestChannel
 from moldau.broker.network.response import Response, send_response
 from moldau.broker.security.audit import AuthenticationLog
-from moldau.broker.security.principal import ANONYMOUS
+from moldau.broker.security.principal import ANONYMOUS, host_address
 from moldau.broker.security.sasl import (
     AuthenticationFailed,
     IllegalSaslState,
@@ -47,6 +47,8 @@ class Connection:
         self.writer = writer
         self.listener = listener
         self.peer = peer
+        # The client's address as ACLs name hosts.
+        self.host = host_address(peer.rsplit(":", 1)[0])
         self.channel = channel
         self.decode = decode
         self.ready = ready
@@ -151,6 +153,11 @@ class Connection:
                 raise MalformedRequest("connection closed inside a size prefix") from None
             return None
         (size,) = _SIZE.unpack(prefix)
+        sasl = self.sasl
+        if sasl is not None and not sasl.authenticated and size > sasl.max_receive_bytes:
+            raise MalformedRequest(
+                f"request of {size} bytes before SASL authentication is larger than "
+                f"sasl.server.max.receive.size ({sasl.max_receive_bytes})")
         if size < 0 or size > self.max_request_bytes:
             raise MalformedRequest(
                 f"request of {size} bytes is larger than socket.request.max.bytes "

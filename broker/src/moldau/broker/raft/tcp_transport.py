@@ -30,8 +30,13 @@ ApiVersions is answered with the versions wire.py supports, and DescribeQuorum w
 
 Other APIs served on the same port (a controller's BrokerRegistration, BrokerHeartbeat,
 AlterPartition...) are given as `services`: api key -> (min version, max version, coroutine
-taking the request frame and returning the framed response). Their answers keep request order
-on the connection like every other.
+taking the request frame and its caller and returning the framed response). Their answers keep
+request order on the connection like every other.
+
+Who sends on an incoming connection (its `Caller`: principal and address) is told by
+`identify` when the connection opens (a TLS client certificate's principal, say); a caller
+`gate` refuses gets CLUSTER_AUTHORIZATION_FAILED for Raft and DescribeQuorum requests, as
+Kafka's controller answers a client without CLUSTER_ACTION (or DESCRIBE) on the cluster.
 """
 
 from __future__ import annotations
@@ -74,6 +79,7 @@ from moldau.broker.raft.wire import (
 )
 from moldau.protocol.build import build
 from moldau.protocol.messages import (
+    MalformedRequest,
     decode_request,
     encode_response,
     is_flexible_request,
@@ -94,7 +100,22 @@ _API_VERSIONS_MAX = 3
 _CLOSE_TIMEOUT_S = 5.0
 
 Handler = Callable[[Message], None]
-Service = tuple[int, int, Callable[[bytes], Awaitable[bytes]]]
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who sent a request on an incoming connection."""
+
+    principal: str
+    host: str
+
+
+Service = tuple[int, int, Callable[[bytes, Caller], Awaitable[bytes]]]
+# The caller of a new connection (None: refuse it), and whether a caller may send a Raft
+# request (True) or DescribeQuorum (False).
+Identify = Callable[[asyncio.StreamWriter], Caller | None]
+Gate = Callable[[Caller, bool], bool]
+ANONYMOUS_CALLER = Caller("User:ANONYMOUS", "")
 
 
 @dataclass(slots=True, eq=False)
@@ -113,8 +134,10 @@ class _Slot:
 class _Incoming:
     writer: asyncio.StreamWriter
     task: asyncio.Task[Any] | None
+    caller: Caller = ANONYMOUS_CALLER
     slots: collections.deque[_Slot] = field(default_factory=collections.deque)
     closed: bool = False
+    refused: bool = False  # a request was refused (logged once per connection)
 
     def flush(self) -> None:
         """Write the answered requests at the head of the queue, in request order."""
@@ -149,6 +172,7 @@ class _Outgoing:
     failures: int = 0
     backoff_until: float = 0.0
     next_correlation_id: int = 0
+    refused: bool = False  # the peer refused a request as unauthorized (logged once)
 
 
 def _answers(request: Message | None, response: Message) -> bool:
@@ -176,8 +200,11 @@ class TcpTransport:
                  describe_quorum: Callable[[], QuorumInfo] | None = None,
                  services: Mapping[int, Service] | None = None,
                  ssl_server: ssl.SSLContext | None = None,
-                 ssl_client: ssl.SSLContext | None = None) -> None:
+                 ssl_client: ssl.SSLContext | None = None,
+                 identify: Identify | None = None, gate: Gate | None = None) -> None:
         self.node_id = node_id
+        self.identify = identify
+        self.gate = gate
         # TLS of the controller listener: what this node serves, and towards the voters.
         self.ssl_server = ssl_server
         self.ssl_client = ssl_client
@@ -348,6 +375,13 @@ class TcpTransport:
                     return
                 request, api_key, version, _sent = entry
                 _cid, body = parse_response_frame(api_key, version, frame)
+                if body.error_code == ErrorCode.cluster_authorization_failed \
+                        and not channel.refused:
+                    channel.refused = True
+                    log.error("Controller %d refuses this node's requests as not authorized: "
+                              "with an authorizer, the nodes' principal on the controller "
+                              "listener needs CLUSTER_ACTION on the cluster (super.users)",
+                              channel.peer_id)
                 self._deliver(response_from_wire(api_key, body, request))
         except asyncio.CancelledError:
             raise
@@ -377,7 +411,14 @@ class TcpTransport:
     # -- serving ------------------------------------------------------------------------------
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        conn = _Incoming(writer, asyncio.current_task())
+        caller = ANONYMOUS_CALLER
+        if self.identify is not None:
+            identified = self.identify(writer)
+            if identified is None:
+                writer.close()
+                return
+            caller = identified
+        conn = _Incoming(writer, asyncio.current_task(), caller)
         self._incoming.add(conn)
         try:
             while not conn.closed:
@@ -431,6 +472,18 @@ class TcpTransport:
             return False
         header = parse_header(frame, is_flexible_request(api_key, version))
         body = decode_request(api_key, version, frame, header.size)
+        if self.gate is not None and not self.gate(conn.caller,
+                                                   api_key != ApiKey.DESCRIBE_QUORUM):
+            if not conn.refused:
+                conn.refused = True
+                log.warning("Refusing api %d from %s (/%s) on the controller listener: not "
+                            "authorized (it needs %s on the cluster)", api_key,
+                            conn.caller.principal, conn.caller.host,
+                            "DESCRIBE" if api_key == ApiKey.DESCRIBE_QUORUM
+                            else "CLUSTER_ACTION")
+            error = error_response(api_key, version, ErrorCode.cluster_authorization_failed)
+            self._answer_now(conn, correlation_id, encode_response(correlation_id, error))
+            return True
         if api_key == ApiKey.DESCRIBE_QUORUM:
             if self.describe_quorum is None:
                 return False
@@ -467,14 +520,18 @@ class TcpTransport:
 
         def done(task: asyncio.Task[bytes]) -> None:
             if task.cancelled() or task.exception() is not None:
-                if not task.cancelled():
-                    log.error("Serving api %d failed", api_key, exc_info=task.exception())
+                error = None if task.cancelled() else task.exception()
+                if isinstance(error, MalformedRequest):
+                    log.warning("Closing a connection from /%s to the controller listener: %s",
+                                conn.caller.host, error)
+                elif error is not None:
+                    log.error("Serving api %d failed", api_key, exc_info=error)
                 self._close_incoming(conn)
                 return
             slot.frame = task.result()
             conn.flush()
 
-        task = asyncio.get_running_loop().create_task(serve(frame))
+        task = asyncio.get_running_loop().create_task(serve(frame, conn.caller))
         self._service_tasks.add(task)
         task.add_done_callback(self._service_tasks.discard)
         task.add_done_callback(done)

@@ -9,6 +9,7 @@ Rules are separated by commas (a pattern may itself hold commas).
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass
 
@@ -88,3 +89,17 @@ class PrincipalMapper:
 
         subject = x509.load_der_x509_certificate(der).subject.rfc4514_string()
         return f"{USER}:{self.name_of(subject)}"
+
+
+def host_address(ip: str) -> str:
+    """A client's address as ACL hosts name it: Java's InetAddress.getHostAddress() form
+    (IPv6 in full with unpadded groups, an IPv4-mapped IPv6 address as IPv4)."""
+    try:
+        address = ipaddress.ip_address(ip)
+    except ValueError:
+        return ip
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        return ":".join(format(int(group, 16), "x") for group in address.exploded.split(":"))
+    return str(address)

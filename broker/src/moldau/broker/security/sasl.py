@@ -146,8 +146,12 @@ class Stage(Enum):
 
 class SaslSession:
     def __init__(self, mechanisms: list[str], plain_users: dict[str, str],
-                 lookup: CredentialLookup, reauth_ms: int) -> None:
+                 lookup: CredentialLookup, reauth_ms: int,
+                 max_receive_bytes: int = 524288) -> None:
         self.mechanisms = mechanisms
+        # sasl.server.max.receive.size: the largest frame a client may send before it has
+        # authenticated (a bound on what an unauthenticated client makes the broker read).
+        self.max_receive_bytes = max_receive_bytes
         self.plain_users = plain_users
         self.lookup = lookup
         self.reauth_ms = reauth_ms
@@ -225,4 +229,5 @@ def sasl_sessions(config: BrokerConfig, listener: str,
                else config.setting_name(listener, "sasl.jaas.config"))
         users = plain_users(config.jaas_config(listener, "PLAIN"), key)
     reauth_ms = int(config.listener_setting(listener, "connections.max.reauth.ms"))
-    return lambda: SaslSession(mechanisms, users, lookup, reauth_ms)
+    max_receive = int(config.listener_setting(listener, "sasl.server.max.receive.size"))
+    return lambda: SaslSession(mechanisms, users, lookup, reauth_ms, max_receive)

@@ -33,8 +33,9 @@ SECURITY_KEYS = [
     ConfigKey("sasl.jaas.config", T.PASSWORD, None, "JAAS login module and options (PLAIN "
               "users as user_<name>=\"<password>\"; username/password this broker sends)",
               sensitive=True),
-    ConfigKey("sasl.server.max.receive.size", T.INT, 524288, "Largest SASL message before "
-              "authentication", at_least(1)),
+    ConfigKey("sasl.server.max.receive.size", T.INT, 524288, "Largest frame a client may "
+              "send before it has authenticated; a larger one closes the connection",
+              at_least(1)),
     ConfigKey("connections.max.reauth.ms", T.LONG, 0, "Longest SASL session before the "
               "client must re-authenticate (KIP-368); 0 for no limit", at_least(0)),
     ConfigKey("ssl.keystore.type", T.STRING, "JKS", "PKCS12 or PEM (JKS is not read)"),
@@ -64,6 +65,36 @@ SECURITY_KEYS = [
               "certificate's subject into a principal name"),
     ConfigKey("ssl.endpoint.identification.algorithm", T.STRING, "https", "https checks "
               "the host name of brokers this broker connects to; empty does not"),
+]
+
+STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+
+
+def _authorizer_class(name: str, value: Any) -> None:
+    if value not in ("", STANDARD_AUTHORIZER):
+        raise ConfigError(f"Invalid value {value} for configuration {name}: Moldau's "
+                          f"authorizer is {STANDARD_AUTHORIZER} (ACLs kept in the metadata "
+                          "log); leave it empty for no authorization")
+
+
+def _principals(name: str, value: Any) -> None:
+    for item in filter(None, (part.strip() for part in str(value).split(";"))):
+        kind, colon, user = item.partition(":")
+        if not (kind and colon and user):
+            raise ConfigError(f"Invalid value {value} for configuration {name}: expected "
+                              "principals in the format principalType:principalName "
+                              f"separated by semicolons, but got {item}")
+
+
+# Authorization (broker-wide; not per listener).
+AUTHORIZATION_KEYS = [
+    ConfigKey("authorizer.class.name", T.STRING, "", "The authorizer: "
+              f"{STANDARD_AUTHORIZER} checks every request against the ACLs; empty lets "
+              "every client do everything", _authorizer_class),
+    ConfigKey("super.users", T.STRING, "", "Principals allowed everything whatever the "
+              "ACLs, separated by semicolons (User:admin;User:broker)", _principals),
+    ConfigKey("allow.everyone.if.no.acl.found", T.BOOLEAN, False, "Allow an operation on a "
+              "resource that no ACL names (otherwise denied)"),
 ]
 
 SECURITY_KEY_NAMES = frozenset(key.name for key in SECURITY_KEYS)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from moldau.broker.replication.appends import ProduceResult
 from moldau.client.connection import BrokerConnection
+from moldau.client.security import ClientSecurity
 from moldau.errors import ErrorCode, KafkaError
 from moldau.protocol.build import build
 from moldau.protocol.messages import request_class
@@ -88,8 +89,11 @@ class MarkerChannel:
     TransactionMarkerChannelManager), one connection per broker."""
 
     def __init__(self, node_id: int, replicas: ReplicaManager, written: MarkersWritten, *,
-                 request_timeout_ms: int = MARKER_REPLICATION_TIMEOUT_MS + 5000) -> None:
+                 request_timeout_ms: int = MARKER_REPLICATION_TIMEOUT_MS + 5000,
+                 security: ClientSecurity | None = None) -> None:
         self.node_id = node_id
+        # The inter-broker listener's protocol and this broker's credentials on it.
+        self.security = security
         self.replicas = replicas
         self.written = written  # hears of the markers appended here (see append_markers)
         self.request_timeout_ms = request_timeout_ms
@@ -198,7 +202,8 @@ class MarkerChannel:
                              f"no endpoint known for broker {broker_id}")
         connection = BrokerConnection(broker_id, *endpoint, max_in_flight=MAX_IN_FLIGHT,
                                       client_id=f"broker-{self.node_id}-txn-markers",
-                                      request_timeout_ms=self.request_timeout_ms)
+                                      request_timeout_ms=self.request_timeout_ms,
+                                      security=self.security)
         try:
             await asyncio.wait_for(connection.open(), self.request_timeout_ms / 1000)
         except BaseException:
