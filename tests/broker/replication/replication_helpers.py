@@ -36,6 +36,7 @@ from moldau.broker.network.channel import Request, RequestChannel
 from moldau.broker.network.connection import Connection
 from moldau.broker.network.server import SocketServer
 from moldau.broker.replication.manager import ReplicaManager
+from moldau.broker.security.authorizer import AllowEverything
 from moldau.errors import ErrorCode, KafkaError
 from moldau.records.codec import build_batch, iter_batches
 
@@ -188,6 +189,7 @@ class Node:
         self.replicas.add_leadership_listener(
             lambda *change: self.leadership.append(change))
         self.topic_stats = BrokerTopicStats()  # the produce and fetch handlers count into it
+        self.authorizer = AllowEverything()  # no authorizer.class.name, as a broker's default
         self.channel = RequestChannel(100)
         self.network = SocketServer(self.config, self.channel, self._decode, self._ready)
         self.handlers = RequestHandlerPool(self.channel, self._dispatch, 4)

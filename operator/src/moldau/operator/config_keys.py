@@ -14,7 +14,9 @@ from collections.abc import Mapping
 from moldau.config import kafka_broker_keys
 
 # Settings the broker defines that Kafka does not.
-MOLDAU_ONLY_KEYS = frozenset({"http.listener", "leader.imbalance.per.broker.percentage"})
+MOLDAU_ONLY_KEYS = frozenset({"http.listener", "leader.imbalance.per.broker.percentage",
+                              # the StandardAuthorizer's, which Kafka's broker list lacks
+                              "super.users", "allow.everyone.if.no.acl.found"})
 # The operator writes these from the spec (node pools, listeners, storage).
 OPERATOR_KEYS = frozenset({
     "node.id", "broker.id", "process.roles", "controller.quorum.voters",
