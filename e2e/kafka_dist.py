@@ -64,6 +64,7 @@ TOOLS = {
     "kafka-metadata-quorum": "org.apache.kafka.tools.MetadataQuorumCommand",
     "kafka-producer-perf-test": "org.apache.kafka.tools.ProducerPerformance",
     "kafka-transactions": "org.apache.kafka.tools.TransactionsCommand",
+    "kafka-cluster": "org.apache.kafka.tools.ClusterTool",
 }
 DRIVER_MAIN = "io.moldau.oracle.ClientDriver"
 

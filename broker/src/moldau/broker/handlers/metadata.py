@@ -19,15 +19,18 @@ TOPIC_OPERATIONS = sum(1 << bit for bit in (3, 4, 5, 6, 7, 8, 10, 11))
 UNKNOWN_TOPIC_ID = 100
 
 
-def brokers_for(broker: Broker, listener: str) -> list[dict[str, Any]]:
+def brokers_for(broker: Broker, listener: str, *, include_fenced: bool = False
+                ) -> list[dict[str, Any]]:
+    """The registered brokers' addresses on `listener`; fenced ones only when asked
+    (DescribeCluster v2), each entry then saying whether it is fenced."""
     nodes = []
     for record in sorted(broker.image.brokers.values(), key=lambda r: r.broker_id):
-        if record.fenced:
+        if record.fenced and not include_fenced:
             continue  # as Kafka: clients see only brokers that can serve
         for name, host, port in record.endpoints:
             if name == listener:
                 nodes.append({"node_id": record.broker_id, "host": host, "port": port,
-                              "rack": record.rack})
+                              "rack": record.rack, "is_fenced": record.fenced})
     return nodes
 
 

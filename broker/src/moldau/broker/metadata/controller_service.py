@@ -34,6 +34,7 @@ FORWARDED_APIS = {
     19: "CreateTopics", 20: "DeleteTopics", 37: "CreatePartitions", 33: "AlterConfigs",
     44: "IncrementalAlterConfigs", 43: "ElectLeaders", 45: "AlterPartitionReassignments",
     46: "ListPartitionReassignments", 55: "DescribeQuorum", 51: "AlterUserScramCredentials",
+    64: "UnregisterBroker",
 }
 
 
