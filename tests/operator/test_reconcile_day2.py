@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from e2e.conftest import FAST_FAILOVER
+from e2e.kube.load import IsrWatch
 from e2e.support import ck_consume_all, ck_producer, unique
 from moldau.client import Admin
 from moldau.client.admin import NewTopic
@@ -136,34 +137,6 @@ def status(kube: KubeDouble, local: LocalCluster) -> dict:
     return found
 
 
-class IsrWatch:
-    """Samples every partition's ISR of a topic in a thread; the smallest seen."""
-
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        self.bootstrap, self.topic = bootstrap, topic
-        self.smallest = 99
-        self.samples = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        with Admin({"bootstrap.servers": self.bootstrap,
-                    "default.api.timeout.ms": 5000}) as admin:
-            while not self._stop.is_set():
-                try:
-                    found = admin.describe_topics([self.topic])[self.topic]
-                    self.smallest = min([self.smallest, *(len(p.isr) for p in found.partitions)])
-                    self.samples += 1
-                except Exception:  # noqa: BLE001 - a node restarting; the next sample counts
-                    pass
-                self._stop.wait(0.2)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(30)
-
-
 class Producing:
     """acks=all, idempotent, numbered records in a thread; what was acknowledged."""
 
@@ -199,7 +172,7 @@ def test_a_config_change_rolls_every_pod_once_in_order_and_resumes(
             p: [1 + (p + i) % 4 for i in range(3)] for p in range(4)},
             configs={"min.insync.replicas": "2"})])
     leader = local.quorum().leader_id
-    watch = IsrWatch(local.bootstrap_servers, topic)
+    watch = IsrWatch(local.bootstrap_servers, [topic], interval=0.2)
     producing = Producing(local.bootstrap_servers, topic)
     changed = spec(config={"log.retention.hours": "100"})
     try:
@@ -212,12 +185,13 @@ def test_a_config_change_rolls_every_pod_once_in_order_and_resumes(
     finally:
         producing.stop()
         watch.stop()
-    print("restarts:", kube.restarted, "ISR samples", watch.samples, "smallest", watch.smallest,
-          "acked", len(producing.acked))
+    print("restarts:", kube.restarted, "ISR samples", watch.samples, "smallest",
+          watch.smallest, "acked", len(producing.acked))
     followers = sorted({1, 2, 3} - {leader})
     assert kube.restarted == ["kc-brokers-0", *(f"kc-nodes-{n - 1}" for n in followers),
                               f"kc-nodes-{leader - 1}"]
-    assert watch.samples > 20 and watch.smallest >= 2, (watch.samples, watch.smallest)
+    assert watch.samples > 20 and watch.smallest[topic] >= 2 and watch.under == [], (
+        watch.samples, watch.smallest, watch.under)
     assert producing.errors == []
     read = ck_consume_all(local.bootstrap_servers, topic, range(4))
     values = sorted(int(r.value) for r in read)

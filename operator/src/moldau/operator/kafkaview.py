@@ -3,8 +3,8 @@ protocol through the cluster's admin client: the live brokers and their racks, e
 partition's replicas, ISR and leader, each topic's min.insync.replicas, the metadata
 quorum's voters and how far each has read, and the partitions being moved.
 
-Five requests whatever the number of topics: DescribeCluster, Metadata (every topic,
-internal ones too), DescribeConfigs, DescribeQuorum, ListPartitionReassignments. The
+Five requests whatever the number of topics: ListPartitionReassignments, DescribeCluster,
+Metadata (every topic, internal ones too), DescribeConfigs, DescribeQuorum. The
 decisions made from it are pure functions (roll_safety, balance, drain), tested without a
 cluster.
 """
@@ -59,10 +59,6 @@ class KafkaView:
         """Each partition's replicas now (while moving: the old and the new ones)."""
         return {p.key: p.replicas for p in self.partitions}
 
-    def planned(self) -> dict[tuple[str, int], tuple[int, ...]]:
-        """Each partition's replicas once the moves under way are done."""
-        return {p.key: self.targets.get(p.key, p.replicas) for p in self.partitions}
-
 
 def partitions_of(described: Mapping[str, TopicDescription]) -> tuple[PartitionState, ...]:
     return tuple(PartitionState(name, p.partition, tuple(p.replicas), tuple(p.isr),
@@ -74,12 +70,14 @@ def partitions_of(described: Mapping[str, TopicDescription]) -> tuple[PartitionS
 async def read_view(admin: AsyncAdmin, timeout: float) -> KafkaView:
     """The cluster as the roller and scaler see it; ObserveError when it does not answer."""
     try:
+        # Moves first: one that completes before the topics are read shows its final
+        # replicas there; read after, it could show its replicas while moving and no target.
+        moving = await admin.list_partition_reassignments(timeout=timeout)
         cluster = await admin.describe_cluster(timeout=timeout)
         described = await admin.describe_topics(timeout=timeout)  # internal ones too
         configs = await admin.describe_configs_each(
             [ConfigResource.topic(name) for name in described], timeout=timeout)
         quorum = await admin.describe_metadata_quorum(timeout=timeout)
-        moving = await admin.list_partition_reassignments(timeout=timeout)
     except (KafkaError, OSError) as exc:
         raise ObserveError(" ".join(str(exc).split()) or type(exc).__name__) from None
     min_isr = {}

@@ -106,15 +106,17 @@ async def drain_step(admin: AsyncAdmin, view: KafkaView | None,
             entry.update(phase="Draining", message="waiting for the cluster to answer")
             continue
         assignment = view.assignment()
-        refused = drain_refusal(view.planned(), down.leaving, remaining)
-        if refused:
-            out.refusals.append(Refusal(DRAIN_NOT_POSSIBLE, refused))
-            entry.update(phase="Refused", message=refused)
-            continue
         held = holding(assignment, down.leaving)
         if held:
             moving = len(view.moving)
             if not moving:
+                # Judged with nothing moving: a partition being moved lists its old and new
+                # replicas together.
+                refused = drain_refusal(assignment, down.leaving, remaining)
+                if refused:
+                    out.refusals.append(Refusal(DRAIN_NOT_POSSIBLE, refused))
+                    entry.update(phase="Refused", message=refused)
+                    continue
                 targets = drain(assignment, down.leaving, remaining, view.racks)
                 errors = await _move(admin, targets, timeout)
                 moving = len(targets) - len(errors)
