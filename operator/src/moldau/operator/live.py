@@ -48,6 +48,13 @@ def claim_name(cluster: ClusterSpec, pool: str, ordinal: int) -> str:
     return f"{naming.DATA_VOLUME}-{cluster.name}-{pool}-{ordinal}"
 
 
+def claim_ordinal(cluster: ClusterSpec, pool: str, name: str) -> int | None:
+    """The ordinal of a pool's claim by its name (None: not one of the pool's claims)."""
+    prefix = claim_name(cluster, pool, 0)[:-1]
+    rest = name[len(prefix):] if name.startswith(prefix) else ""
+    return int(rest) if rest.isdigit() else None
+
+
 def update_revision(sts: Mapping[str, Any] | None) -> str | None:
     """The revision the StatefulSet wants its pods at, once it has seen its latest spec."""
     if not sts:

@@ -154,7 +154,7 @@ async def _grow_storage(client: AsyncClient, cluster: ClusterSpec, plan: PoolPla
     for growth in plan.growths:
         pool = cluster.pool(growth.pool)
         names = [name for name, claim in sorted(found.claims.items())
-                 if name.startswith(f"{naming.DATA_VOLUME}-{naming.statefulset(cluster, pool)}-")
+                 if kube.claim_ordinal(cluster, growth.pool, name) is not None
                  and bytes_of(kube.requested(claim) or "0") < bytes_of(growth.size)]
         try:
             await kube.grow_claims(client, cluster.namespace, names, growth.size)
@@ -248,6 +248,7 @@ async def reconcile(client: AsyncClient, *, name: str, namespace: str, uid: str,
     plan = plan_pools(requested, bases, found.pools(), recorded_sizes(previous),
                       _known_roles(previous, found))
     if plan.blocked is not None:
+        _report_refusals([plan.blocked], previous, report)
         return Outcome(status.invalid(generation, plan.blocked.reason, plan.blocked.message,
                                       previous), False, plan.blocked.reason)
     bootstrap = bootstrap_servers(plan.cluster)
