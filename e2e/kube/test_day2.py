@@ -202,10 +202,10 @@ def test_three_to_five_brokers_rebalances_replicas_and_leaderships(
     started = time.monotonic()
     kube.apply(manifest(storage_class, brokers=5, config={"log.retention.hours": "170"}),
                namespace)
-    wait_ready(kube, namespace, CLUSTER, generation(kube, namespace), brokers="5/5")
     poll(lambda: (status(kube, namespace, CLUSTER).get("rebalance") or {}).get("state")
          == "Complete", ROLL_TIMEOUT, "the rebalance",
          lambda: json.dumps(status(kube, namespace, CLUSTER).get("rebalance")))
+    wait_ready(kube, namespace, CLUSTER, generation(kube, namespace), brokers="5/5")
     print(f"3 -> 5 brokers, Ready and rebalanced: {time.monotonic() - started:.0f} s")
     found = status(kube, namespace, CLUSTER)
     assert found["rebalance"]["brokers"] == [103, 104]

@@ -69,6 +69,7 @@ class Operator:
         self.status = status
         self.events: list[tuple[str, str, bool]] = []
         self.annotations: dict[str, str] = {}
+        self.phases: set[str] = set()  # the scale-down phases the status went through
 
     async def once(self, raw: dict) -> Outcome:
         outcome = await reconcile(
@@ -76,6 +77,7 @@ class Operator:
             previous=copy.deepcopy(self.status),
             report=lambda *event: self.events.append(event), clients=self.clients,
             annotations=self.annotations)
+        self.phases |= {entry["phase"] for entry in outcome.status.get("scaleDown") or []}
         for key, value in outcome.status.items():
             if value is None:
                 self.status.pop(key, None)
@@ -290,6 +292,8 @@ def test_a_broker_pool_drains_to_zero_and_grows_back_balanced(
     reasons = [e[0] for e in operator.events]
     assert reasons.index("DrainStarted") < reasons.index("Drained") < \
         reasons.index("BrokersRemoved")
+    assert {"Draining", "Removing"} <= operator.phases
+    assert "scaleDown" not in gone
     with Admin({"bootstrap.servers": local.bootstrap_servers}) as admin:
         assert sorted(n.node_id for n in admin.describe_cluster(
             include_fenced_brokers=True).nodes) == [1, 2, 3]

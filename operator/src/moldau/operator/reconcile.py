@@ -184,14 +184,19 @@ async def _clean_up(client: AsyncClient, admin: AsyncAdmin, cluster: ClusterSpec
         day2.sizes[cleanup.pool] = max(cleanup.ordinals) + 1
         pods = [f"{naming.statefulset(cluster, cluster.pool(cleanup.pool))}-{o}"
                 for o in cleanup.ordinals]
+        entry = {"pool": cleanup.pool, "from": day2.sizes[cleanup.pool],
+                 "to": cleanup.replicas, "nodeIds": list(cleanup.node_ids),
+                 "phase": "Removing"}
         still = [name for name in pods if name in found.pods]
         if still:
-            day2.doing.append(f"waiting for {', '.join(still)} to stop")
+            entry["message"] = f"waiting for {', '.join(still)} to stop"
+            day2.operations.setdefault("scaleDown", []).append(entry)
             continue
         try:
             await scaler.unregister(admin, cleanup.node_ids, API_TIMEOUT)
         except (KafkaError, OSError) as exc:
-            day2.doing.append(f"unregistering brokers {cleanup.node_ids}: {exc}")
+            entry["message"] = f"unregistering brokers: {exc}"
+            day2.operations.setdefault("scaleDown", []).append(entry)
             continue
         claims = [kube.claim_name(cluster, cleanup.pool, o) for o in cleanup.ordinals]
         if cleanup.delete_claims:
@@ -301,7 +306,7 @@ async def _reconcile(client: AsyncClient, plan: PoolPlan, bases: dict[str, int],
     for reason, message, warning in drains.events:
         report(reason, message, warning)
     if drains.status:
-        day2.operations["scaleDown"] = drains.status
+        day2.operations["scaleDown"] = list(drains.status)
     for pool, replicas in drains.shrink.items():
         cluster = with_replicas(cluster, pool, replicas)
         day2.sizes.setdefault(pool, plan.cluster.pool(pool).replicas)
@@ -357,7 +362,7 @@ async def _reconcile(client: AsyncClient, plan: PoolPlan, bases: dict[str, int],
 
     _report_refusals(day2.refusals, previous, report)
     rolling = step.message
-    for entry in drains.status:
+    for entry in day2.operations.get("scaleDown") or []:
         day2.doing.insert(0, f"scaling down node pool '{entry['pool']}': {entry['message']}")
     if rolling is None and day2.doing:
         rolling = "; ".join(day2.doing)
