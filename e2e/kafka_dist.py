@@ -65,6 +65,7 @@ TOOLS = {
     "kafka-producer-perf-test": "org.apache.kafka.tools.ProducerPerformance",
     "kafka-transactions": "org.apache.kafka.tools.TransactionsCommand",
     "kafka-acls": "org.apache.kafka.tools.AclCommand",
+    "kafka-cluster": "org.apache.kafka.tools.ClusterTool",
 }
 DRIVER_MAIN = "io.moldau.oracle.ClientDriver"
 

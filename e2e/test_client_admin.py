@@ -208,6 +208,16 @@ def test_cluster_and_log_dirs(admin, module_broker):
     assert log_dir.replicas[TopicPartition(topic, 1)].size == 0
 
 
+def test_fenced_brokers_are_listed_only_when_asked_and_unknown_ids_not_unregistered(admin):
+    with_fenced = admin.describe_cluster(include_fenced_brokers=True)
+    assert [n.node_id for n in with_fenced.nodes] == [NODE_ID]
+    assert with_fenced.fenced == frozenset()
+    with pytest.raises(KafkaError) as refused:
+        admin.unregister_broker(NODE_ID + 1)
+    assert refused.value.code is ErrorCode.broker_id_not_registered
+    assert str(refused.value) == f"Broker ID {NODE_ID + 1} is not currently registered"
+
+
 def test_describe_metadata_quorum_names_the_leader_and_voters(admin):
     quorum = admin.describe_metadata_quorum()
     assert quorum.leader_id == NODE_ID

@@ -58,7 +58,7 @@ CONTRACT_RULES = [
     ("events.k8s.io", ["events"], ["create", "patch"]),
     ("", ["configmaps", "services", "serviceaccounts", "persistentvolumeclaims"],
      ["get", "list", "watch", "create", "patch", "delete"]),
-    ("", ["pods"], ["get", "list", "watch", "delete"]),
+    ("", ["pods"], ["get", "list", "watch", "patch", "delete"]),
     ("apps", ["statefulsets"], ["get", "list", "watch", "create", "patch", "delete"]),
     ("policy", ["poddisruptionbudgets"], ["get", "list", "watch", "create", "patch", "delete"]),
 ]

@@ -141,3 +141,15 @@ def test_topic_spec_is_checked_as_kafka_checks_it(topic_crd: dict) -> None:
     # The topic a resource names never changes (the object's name when spec has none).
     [rule] = schema(topic_crd)["x-kubernetes-validations"]
     assert "oldSelf.metadata.name" in rule["rule"] and "self.spec.topicName" in rule["rule"]
+
+
+def test_storage_only_grows_and_rebalancing_on_scale_is_on_by_default(crd: dict) -> None:
+    spec = schema(crd)["properties"]["spec"]["properties"]
+    size = spec["nodePools"]["items"]["properties"]["storage"]["properties"]["size"]
+    assert size["x-kubernetes-validations"] == [
+        {"rule": "!quantity(self).isLessThan(quantity(oldSelf))",
+         "message": "a node pool's storage cannot shrink"}]
+    # A bounded string keeps the rule's estimated cost within the API server's budget.
+    assert size["maxLength"] == 32
+    assert spec["rebalanceOnScale"] == {**spec["rebalanceOnScale"], "type": "boolean",
+                                        "default": True}

@@ -104,7 +104,7 @@ operator.watchNamespaces lists them, else part of the one ClusterRole).
   verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [""]
   resources: [pods]
-  verbs: [get, list, watch, delete]
+  verbs: [get, list, watch, patch, delete]
 - apiGroups: [apps]
   resources: [statefulsets]
   verbs: [get, list, watch, create, patch, delete]

@@ -46,6 +46,7 @@ class ApiKey(IntEnum):
     OFFSET_DELETE = 47
     DESCRIBE_QUORUM = 55
     DESCRIBE_CLUSTER = 60
+    UNREGISTER_BROKER = 64
 
 
 # Versions whose meaning this client does not implement, though kio has their schemas:

@@ -17,6 +17,7 @@ from moldau.operator.conditions import status_changed
 from moldau.operator.metrics import RECONCILE_ERRORS, RECONCILE_SECONDS, RECONCILES
 from moldau.operator.reconcile import reconcile
 from moldau.operator.resource import FIELD_MANAGER, FINALIZER, GROUP, PLURAL, VERSION
+from moldau.operator.restarts import MANUAL_ROLLING_UPDATE
 from moldau.operator.topic_handlers import CLUSTER_CLIENTS, managed_topics
 
 RESYNC_SECONDS = 10.0
@@ -64,7 +65,8 @@ async def _run(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger,
                 _client, name=meta["name"], namespace=meta["namespace"], uid=meta["uid"],
                 generation=meta.get("generation", 0), spec=body.get("spec") or {},
                 previous=body.get("status") or {}, report=report, clients=CLUSTER_CLIENTS,
-                managed_topics=managed_topics(topic_claims, meta["namespace"], meta["name"]))
+                managed_topics=managed_topics(topic_claims, meta["namespace"], meta["name"]),
+                annotations=meta.get("annotations"))
         except Exception as exc:
             RECONCILES.labels("error").inc()
             RECONCILE_ERRORS.labels(type(exc).__name__).inc()
@@ -75,6 +77,9 @@ async def _run(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger,
         RECONCILES.labels("ready" if outcome.ready else "not_ready").inc()
         if not outcome.ready and outcome.reason in ("InvalidSpec", "ApplyFailed"):
             RECONCILE_ERRORS.labels(outcome.reason).inc()
+        if outcome.clear_manual:
+            # The pods carry it now (and lose it as they restart).
+            patch.meta.annotations[MANUAL_ROLLING_UPDATE] = None
         old = body.get("status") or {}
         if status_changed(outcome.status, old):
             if outcome.reason in ("InvalidSpec", "ApplyFailed") and \

@@ -84,6 +84,8 @@ class ClusterSpec:
     config: Mapping[str, str]
     rack_topology_key: str | None = None
     metrics: bool = True
+    # After a broker pool grows, move partitions until brokers are balanced.
+    rebalance_on_scale: bool = True
 
     @property
     def controller_pools(self) -> tuple[NodePool, ...]:
@@ -136,7 +138,8 @@ def parse_spec(name: str, namespace: str, spec: Mapping[str, Any],
         name=name, namespace=namespace, image=broker_image(spec, default_image),
         pools=pools, listeners=listeners, config=config,
         rack_topology_key=(spec.get("rack") or {}).get("topologyKey"),
-        metrics=bool((spec.get("metrics") or {}).get("enabled", True)))
+        metrics=bool((spec.get("metrics") or {}).get("enabled", True)),
+        rebalance_on_scale=bool(spec.get("rebalanceOnScale", True)))
     problems = spec_problems(cluster)
     if problems:
         raise SpecError("; ".join(problems))

@@ -11,10 +11,11 @@ from typing import Any
 from moldau.operator import naming
 from moldau.operator.clusterstate import Assessment, Observed
 from moldau.operator.conditions import condition, now
+from moldau.operator.pools import Refusal
 from moldau.operator.spec import ClusterSpec
 from moldau.operator.topics.reconciler import Inventory
 
-CONDITION_TYPES = ("Ready", "Reconciling", "Degraded")
+CONDITION_TYPES = ("Ready", "Reconciling", "Degraded", "SpecApplied")
 
 
 @dataclass(frozen=True)
@@ -65,20 +66,56 @@ def nodes(cluster: ClusterSpec, bases: Mapping[str, int], pods: Mapping[str, Pod
     return result
 
 
+def _pools(cluster: ClusterSpec, bases: Mapping[str, int], sizes: Mapping[str, int],
+           previous: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Each pool's node id base, roles and size, by base; pools no longer in the spec keep
+    what the status knew of them."""
+    known = {entry["name"]: entry for entry in previous.get("nodePools") or []}
+    specified = {pool.name: pool for pool in cluster.pools}
+    result = []
+    for name, base in sorted(bases.items(), key=lambda item: item[1]):
+        entry: dict[str, Any] = {"name": name, "nodeIdBase": base}
+        pool = specified.get(name)
+        roles = sorted(pool.roles) if pool else known.get(name, {}).get("roles")
+        if roles:
+            entry["roles"] = roles
+        size = sizes.get(name, pool.replicas if pool else known.get(name, {}).get("replicas"))
+        if size is not None:
+            entry["replicas"] = size
+        result.append(entry)
+    return result
+
+
 def topics(found: Inventory) -> dict[str, Any]:
     """The cluster's topics: how many Topic resources manage, and those made elsewhere."""
     return {"managed": found.managed, "unmanaged": found.unmanaged,
             "unmanagedNames": list(found.unmanaged_names)}
 
 
+def spec_applied(refusals: Sequence[Refusal], previous: Sequence[Mapping[str, Any]],
+                 at: str) -> dict[str, Any]:
+    """True when the whole spec is applied (or being applied); False naming every change
+    refused, the first one's reason as the condition's."""
+    if not refusals:
+        return condition("SpecApplied", True, "Applied", "every change of the spec is applied",
+                         previous, at)
+    return condition("SpecApplied", False, refusals[0].reason,
+                     "; ".join(refusal.message for refusal in refusals), previous, at)
+
+
 def compose(cluster: ClusterSpec, generation: int, bases: Mapping[str, int],
             pods: Mapping[str, PodState], observed: Observed | None, verdict: Assessment,
             rolling: str | None, previous: Mapping[str, Any],
             inventory: Inventory | None = None,
-            external: Mapping[str, Sequence[str]] | None = None) -> dict[str, Any]:
+            external: Mapping[str, Sequence[str]] | None = None,
+            refusals: Sequence[Refusal] = (), operations: Mapping[str, Any] | None = None,
+            pool_sizes: Mapping[str, int] | None = None) -> dict[str, Any]:
     """The whole status. `rolling` names what the operator is still changing, if anything;
     `inventory` the cluster's topics, when read; `external` the external listeners'
-    addresses known so far."""
+    addresses known so far; `refusals` the changes of the spec not applied and why;
+    `operations` the day-2 operations under way (roll, rebalance, scaleDown: None when there
+    is none); `pool_sizes` each pool's size as the operator accounts for it (nodes removed
+    but not cleaned up yet count)."""
     at = now()
     old = previous.get("conditions") or []
     brokers = node_ids(cluster, bases, broker=True)
@@ -97,8 +134,7 @@ def compose(cluster: ClusterSpec, generation: int, bases: Mapping[str, int],
         "controllers": len(node_ids(cluster, bases, broker=False)),
         "listeners": bootstrap_addresses(cluster, external or {}),
         "nodes": nodes(cluster, bases, pods, observed),
-        "nodePools": [{"name": name, "nodeIdBase": base} for name, base in sorted(
-            bases.items(), key=lambda item: item[1])],
+        "nodePools": _pools(cluster, bases, pool_sizes or {}, previous),
         "conditions": [
             condition("Ready", verdict.ready, verdict.reason, verdict.message, old, at),
             condition("Reconciling", rolling is not None,
@@ -106,8 +142,13 @@ def compose(cluster: ClusterSpec, generation: int, bases: Mapping[str, int],
                        old, at),
             condition("Degraded", degraded, verdict.reason if degraded else "AsDesired",
                        verdict.message if degraded else "every node as desired", old, at),
+            spec_applied(refusals, old, at),
         ],
     }
+    for key in ("roll", "rebalance", "scaleDown"):
+        value = (operations or {}).get(key)
+        if value is not None or key in previous:
+            status[key] = value
     if observed is not None:
         status["clusterId"] = observed.cluster_id
         status["quorum"] = {"leaderId": observed.leader_id, "leaderEpoch": observed.leader_epoch,
@@ -131,4 +172,5 @@ def invalid(generation: int, reason: str, message: str, previous: Mapping[str, A
     return {"phase": "Failed", "observedGeneration": generation, "conditions": [
         condition("Ready", False, reason, message, old, at),
         condition("Reconciling", False, reason, "waiting for a spec that can run", old, at),
-        condition("Degraded", False, reason, message, old, at)]}
+        condition("Degraded", False, reason, message, old, at),
+        condition("SpecApplied", False, reason, message, old, at)]}

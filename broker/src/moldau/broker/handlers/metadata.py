@@ -26,15 +26,18 @@ if TYPE_CHECKING:
 UNKNOWN_TOPIC_ID = 100
 
 
-def brokers_for(broker: Broker, listener: str) -> list[dict[str, Any]]:
+def brokers_for(broker: Broker, listener: str, *, include_fenced: bool = False
+                ) -> list[dict[str, Any]]:
+    """The registered brokers' addresses on `listener`; fenced ones only when asked
+    (DescribeCluster v2), each entry then saying whether it is fenced."""
     nodes = []
     for record in sorted(broker.image.brokers.values(), key=lambda r: r.broker_id):
-        if record.fenced:
+        if record.fenced and not include_fenced:
             continue  # as Kafka: clients see only brokers that can serve
         for name, host, port in record.endpoints:
             if name == listener:
                 nodes.append({"node_id": record.broker_id, "host": host, "port": port,
-                              "rack": record.rack})
+                              "rack": record.rack, "is_fenced": record.fenced})
     return nodes
 
 

@@ -51,6 +51,7 @@ from moldau.broker.metadata.records import (
     RegisterBrokerRecord,
     RemoveTopicRecord,
     TopicRecord,
+    UnregisterBrokerRecord,
 )
 from moldau.broker.metadata.scram_users import ScramChange, plan_changes
 from moldau.broker.security.acl import Acl, AclFilter
@@ -279,6 +280,25 @@ class Controller:
                             and shutdown_offset is not None
                             and metadata_offset >= shutdown_offset)
         return caught_up, fenced, should_shut_down
+
+    async def unregister_broker(self, broker_id: int) -> None:
+        """UnregisterBroker (KIP-631), as Kafka's controller does it: the broker leaves every
+        ISR and leadership it holds, then its registration goes. Its replica assignments
+        stay (a removed broker should hold none: drain it first). A broker still running
+        finds its epoch stale at its next heartbeat and registers again."""
+        async with self._lock:
+            self._check_active()
+            current = self.image.brokers.get(broker_id)
+            if current is None:
+                raise KafkaError(ErrorCode.broker_id_not_registered,
+                                 f"Broker ID {broker_id} is not currently registered")
+            moved = self._moving_away(broker_id)
+            await self._commit([*moved, UnregisterBrokerRecord(broker_id, current.epoch)])
+            self._heartbeats.pop(broker_id, None)
+            self._heard.discard(broker_id)
+            self._shutdown_offsets.pop(broker_id, None)
+            log.info("Unregistered broker %d (epoch %d); %d partition(s) changed", broker_id,
+                     current.epoch, len(moved))
 
     def _registration(self, broker_id: int, broker_epoch: int) -> BrokerRegistration:
         current = self.image.brokers.get(broker_id)

@@ -44,7 +44,7 @@ FORWARDED_APIS = {
     19: "CreateTopics", 20: "DeleteTopics", 37: "CreatePartitions", 33: "AlterConfigs",
     44: "IncrementalAlterConfigs", 43: "ElectLeaders", 45: "AlterPartitionReassignments",
     46: "ListPartitionReassignments", 55: "DescribeQuorum", 51: "AlterUserScramCredentials",
-    30: "CreateAcls", 31: "DeleteAcls",
+    30: "CreateAcls", 31: "DeleteAcls", 64: "UnregisterBroker",
 }
 
 

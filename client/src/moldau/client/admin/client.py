@@ -239,7 +239,7 @@ class AsyncAdmin:
                     body: Mapping[str, Any],
                     handle: Callable[[Any, int], T], *, timeout: float | None = None,
                     on_retry: Callable[[KafkaError], None] | None = None,
-                    max_version: int | None = None) -> T:
+                    max_version: int | None = None, min_version: int | None = None) -> T:
         """Send to the node `target` picks until `handle(response, node)` returns."""
         deadline = self._deadline(timeout)
         started = time.monotonic()
@@ -254,7 +254,8 @@ class AsyncAdmin:
             try:
                 node = await target(deadline)
                 response = await asyncio.wait_for(
-                    self.network.request(node, api_key, body, max_version=max_version),
+                    self.network.request(node, api_key, body, max_version=max_version,
+                                         min_version=min_version),
                     max(deadline - time.monotonic(), 0.001))
                 return handle(response, node)
             except KafkaTimeoutError:
@@ -764,24 +765,46 @@ class AsyncAdmin:
 
     # -------------------------------------------------------------------------- cluster
 
-    async def describe_cluster(self, *, timeout: float | None = None) -> ClusterDescription:
+    async def describe_cluster(self, *, include_fenced_brokers: bool = False,
+                               timeout: float | None = None) -> ClusterDescription:
+        """The cluster id, the controller and the registered, unfenced brokers; with
+        `include_fenced_brokers` (DescribeCluster v2, KIP-1073) the fenced ones too, named
+        in `fenced`."""
         def handle(response: Any, _node: int) -> ClusterDescription:
             _check(response.error_code, response.error_message, "describeCluster")
             nodes = tuple(Node(b.broker_id, b.host, b.port, b.rack) for b in response.brokers)
+            fenced = frozenset(b.broker_id for b in response.brokers
+                               if getattr(b, "is_fenced", False))
             controller = next((n for n in nodes if n.node_id == response.controller_id), None)
-            return ClusterDescription(response.cluster_id, controller, nodes)
+            return ClusterDescription(response.cluster_id, controller, nodes, fenced)
 
         try:
             return await self._call("describeCluster", self._any("describeCluster"),
                                     ApiKey.DESCRIBE_CLUSTER,
                                     {"include_cluster_authorized_operations": False,
-                                     "endpoint_type": 1}, handle, timeout=timeout)
+                                     "endpoint_type": 1,
+                                     "include_fenced_brokers": include_fenced_brokers},
+                                    handle, timeout=timeout,
+                                    min_version=2 if include_fenced_brokers else None)
         except UnsupportedVersionError:
+            if include_fenced_brokers:
+                raise
             # Older brokers: the same facts from Metadata.
             response = await self._topic_metadata([], "describeCluster", timeout)
             nodes = tuple(Node(b.node_id, b.host, b.port, b.rack) for b in response.brokers)
             controller = next((n for n in nodes if n.node_id == response.controller_id), None)
             return ClusterDescription(response.cluster_id, controller, nodes)
+
+    async def unregister_broker(self, broker_id: int, *, timeout: float | None = None) -> None:
+        """Remove a broker's registration (Kafka's Admin.unregisterBroker, KIP-631), e.g.
+        after it was drained and shut down for good. BrokerIdNotRegisteredError when the
+        controller does not know it; a broker still running registers again."""
+        def handle(response: Any, _node: int) -> None:
+            _check(response.error_code, response.error_message, f"Broker {broker_id}")
+
+        await self._call("unregisterBroker", self._any("unregisterBroker"),
+                         ApiKey.UNREGISTER_BROKER, {"broker_id": broker_id}, handle,
+                         timeout=timeout)
 
     async def describe_metadata_quorum(self, *, timeout: float | None = None) -> QuorumInfo:
         """The metadata quorum: leader, epoch and each voter's and observer's progress.

@@ -168,8 +168,13 @@ class Admin:
 
     # Cluster, records, log dirs
 
-    def describe_cluster(self, *, timeout: float | None = None) -> ClusterDescription:
-        return self._thread.run(self._core.describe_cluster(timeout=timeout))
+    def describe_cluster(self, *, include_fenced_brokers: bool = False,
+                         timeout: float | None = None) -> ClusterDescription:
+        return self._thread.run(self._core.describe_cluster(
+            include_fenced_brokers=include_fenced_brokers, timeout=timeout))
+
+    def unregister_broker(self, broker_id: int, *, timeout: float | None = None) -> None:
+        self._thread.run(self._core.unregister_broker(broker_id, timeout=timeout))
 
     def describe_metadata_quorum(self, *, timeout: float | None = None) -> QuorumInfo:
         return self._thread.run(self._core.describe_metadata_quorum(timeout=timeout))

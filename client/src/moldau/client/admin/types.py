@@ -126,6 +126,8 @@ class ClusterDescription:
     cluster_id: str | None
     controller: Node | None
     nodes: tuple[Node, ...]
+    # Ids among `nodes` that are fenced (listed only when asked for: include_fenced_brokers).
+    fenced: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True)
