@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     )
     from moldau.client.errors import KafkaError, KafkaTimeoutError
     from moldau.client.producer import AsyncProducer, Producer, RecordFuture
-    from moldau.client.types import Node, RecordMetadata, TopicPartition
+    from moldau.client.types import Node, PreparedTransaction, RecordMetadata, TopicPartition
 
 _EXPORTS = {
     "Admin": "moldau.client.admin",
@@ -50,6 +50,7 @@ _EXPORTS = {
     "Producer": "moldau.client.producer",
     "RecordFuture": "moldau.client.producer",
     "Node": "moldau.client.types",
+    "PreparedTransaction": "moldau.client.types",
     "RecordMetadata": "moldau.client.types",
     "TopicPartition": "moldau.client.types",
 }
@@ -71,6 +72,7 @@ __all__ = [
     "Node",
     "OffsetAndMetadata",
     "OffsetAndTimestamp",
+    "PreparedTransaction",
     "Producer",
     "RecordFuture",
     "RecordMetadata",
