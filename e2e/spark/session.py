@@ -59,8 +59,12 @@ def ivy_cache() -> Path:
     return moldau_cache_dir(f"spark-ivy-{CONNECTOR_VERSION}", "MOLDAU_SPARK_IVY")
 
 
-def local_session(work_dir: Path, app_name: str = "moldau-tests", cores: int = 2):
-    """A local[cores] SparkSession with the Kafka connector, its scratch files in work_dir."""
+def local_session(work_dir: Path, app_name: str = "moldau-tests", cores: int = 2,
+                  task_attempts: int = 1, connector: bool = True,
+                  conf: dict[str, str] | None = None):
+    """A local[cores] SparkSession, its scratch files in work_dir: with Spark's Kafka connector
+    unless `connector` is false, each task tried up to `task_attempts` times (local mode's
+    spark.task.maxFailures), with `conf` on top."""
     check_java()
     # Python workers must be this interpreter (it has pyarrow and moldau-spark installed);
     # Spark binds its driver to loopback only.
@@ -70,14 +74,18 @@ def local_session(work_dir: Path, app_name: str = "moldau-tests", cores: int = 2
     from pyspark.sql import SparkSession
 
     work_dir.mkdir(parents=True, exist_ok=True)
-    builder = (SparkSession.builder.master(f"local[{cores}]").appName(app_name)
-               .config("spark.jars.packages", CONNECTOR)
-               .config("spark.jars.ivy", str(ivy_cache()))
+    master = f"local[{cores}]" if task_attempts == 1 else f"local[{cores},{task_attempts}]"
+    builder = (SparkSession.builder.master(master).appName(app_name)
                .config("spark.ui.enabled", "false")
                .config("spark.sql.shuffle.partitions", str(cores))
                .config("spark.local.dir", str(work_dir / "local"))
                .config("spark.sql.warehouse.dir", str(work_dir / "warehouse"))
                .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={work_dir}"))
+    if connector:
+        builder = builder.config("spark.jars.packages", CONNECTOR) \
+            .config("spark.jars.ivy", str(ivy_cache()))
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
     try:
         return builder.getOrCreate()
     except Exception as exc:  # the JVM's own output (Ivy's errors) is on stderr already

@@ -96,8 +96,8 @@ def source_options(options: Mapping[str, str], streaming: bool) -> SourceOptions
         _check_batch_bounds(starting, ending)
     return SourceOptions(
         client=client, strategy=strategy, starting=starting, ending=ending,
-        include_headers=_boolean(opts, "includeheaders", "includeHeaders", False),
-        fail_on_data_loss=_boolean(opts, "failondataloss", "failOnDataLoss", True),
+        include_headers=parse_boolean(opts, "includeheaders", "includeHeaders", False),
+        fail_on_data_loss=parse_boolean(opts, "failondataloss", "failOnDataLoss", True),
         max_offsets_per_trigger=_positive(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger"),
         max_records_per_partition=_positive(opts, "maxrecordsperpartition",
                                             "maxRecordsPerPartition")
@@ -179,7 +179,7 @@ def _check_batch_bounds(starting: str | TopicOffsets, ending: str | TopicOffsets
                                       f"batch queries on Kafka")
 
 
-def _boolean(opts: dict[str, str], key: str, name: str, default: bool) -> bool:
+def parse_boolean(opts: dict[str, str], key: str, name: str, default: bool) -> bool:
     value = opts.get(key)
     if value is None:
         return default
