@@ -41,7 +41,7 @@ from moldau.client import (
     Producer,
     TopicPartition,
 )
-from moldau.client.config import COMMON_KEYS
+from pyspark_moldau.options import connection_settings
 from pyspark_moldau.records import send_rows
 from pyspark_moldau.sink_options import SinkOptions
 
@@ -54,9 +54,6 @@ BATCH_ID_PROPERTY = "streaming.sql.batchId"
 # A task's transaction stays open until the driver commits the whole batch: by default up
 # to Kafka's largest transaction timeout (the broker's transaction.max.timeout.ms).
 DEFAULT_TRANSACTION_TIMEOUT_MS = "900000"
-# Connection and security settings: what the driver's admin client and the progress reader
-# take of the sink's kafka.* options.
-_CONNECTION_SETTINGS = frozenset(key.name for key in COMMON_KEYS)
 
 
 @dataclass
@@ -140,7 +137,7 @@ def complete(options: SinkOptions, messages: Sequence[WriterCommitMessage | None
                 if isinstance(m, Written) and m.transaction is not None]
     if not prepared:
         return
-    with Admin(_connection(options)) as admin:
+    with Admin(connection_settings(options.client)) as admin:
         admin.complete_transactions(prepared, commit=commit)
 
 
@@ -148,17 +145,13 @@ def next_batch(options: SinkOptions, scope: TaskScope) -> int:
     """The batch the task's progress says comes next: 0 when it never wrote."""
     assert options.progress_topic is not None
     tp = TopicPartition(options.progress_topic, 0)
-    consumer = Consumer({**_connection(options), "group.id": scope.group_id,
+    consumer = Consumer({**connection_settings(options.client), "group.id": scope.group_id,
                          "enable.auto.commit": "false"})
     try:
         committed = consumer.committed([tp])[tp]
     finally:
         consumer.close()
     return 0 if committed is None else committed.offset
-
-
-def _connection(options: SinkOptions) -> dict[str, str]:
-    return {k: v for k, v in options.client.items() if k in _CONNECTION_SETTINGS}
 
 
 def _drain(rows: Iterator[Row]) -> None:
