@@ -92,3 +92,22 @@ def local_session(work_dir: Path, app_name: str = "moldau-tests", cores: int = 2
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise SparkSetupError(f"cannot start a local Spark session with {CONNECTOR} "
                               f"(Ivy cache {ivy_cache()}): {first}") from None
+
+
+def spark_submit(script: Path, args: list[str], work_dir: Path, connector: bool = False,
+                 timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run `spark-submit` (pyspark's own) on local[2] as a user would, the Python workers in
+    this interpreter; with `connector`, Spark's Kafka connector from the Ivy cache."""
+    check_java()
+    work_dir.mkdir(parents=True, exist_ok=True)
+    command = [str(Path(sys.executable).with_name("spark-submit")), "--master", "local[2]",
+               "--conf", "spark.ui.enabled=false",
+               "--conf", "spark.sql.shuffle.partitions=2",
+               "--conf", f"spark.local.dir={work_dir / 'local'}",
+               "--conf", f"spark.driver.extraJavaOptions=-Dderby.system.home={work_dir}"]
+    if connector:
+        command += ["--packages", CONNECTOR, "--conf", f"spark.jars.ivy={ivy_cache()}"]
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable,
+           "PYSPARK_DRIVER_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    return subprocess.run([*command, str(script), *args], env=env, cwd=work_dir,
+                          capture_output=True, text=True, timeout=timeout)
