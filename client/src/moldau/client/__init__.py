@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         ConsumerRebalanceListener,
         ConsumerRecord,
         ConsumerRecords,
+        FetchedBatch,
         OffsetAndTimestamp,
     )
     from moldau.client.errors import KafkaError, KafkaTimeoutError
@@ -42,6 +43,7 @@ _EXPORTS = {
     "ConsumerRebalanceListener": "moldau.client.consumer",
     "ConsumerRecord": "moldau.client.consumer",
     "ConsumerRecords": "moldau.client.consumer",
+    "FetchedBatch": "moldau.client.consumer",
     "OffsetAndTimestamp": "moldau.client.consumer",
     "OffsetAndMetadata": "moldau.client.admin.types",
     "KafkaError": "moldau.client.errors",
@@ -65,6 +67,7 @@ __all__ = [
     "ConsumerRebalanceListener",
     "ConsumerRecord",
     "ConsumerRecords",
+    "FetchedBatch",
     "KafkaError",
     "KafkaTimeoutError",
     "NewPartitions",
