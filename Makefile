@@ -8,8 +8,8 @@ UV_VERSION := 0.13.8
 UV := UV_SYSTEM_CERTS=1 $(BIN)/uv
 COMPONENTS := client broker operator spark
 
-.PHONY: install lock tools kafka-deps run test lint fmt docs clean kube-deps kube-up kube-down test-kube images \
-	helm-deps chart chart-sync
+.PHONY: install lock tools kafka-deps spark-deps run test lint fmt docs clean kube-deps kube-up kube-down \
+	test-kube images helm-deps chart chart-sync
 
 install: $(STAMP)
 
@@ -38,6 +38,13 @@ tools:
 ## cached outside the repository (MOLDAU_KAFKA_HOME overrides where: java/fetch-kafka.sh).
 kafka-deps:
 	bash java/fetch-kafka.sh
+
+## Java 17+ and Spark's Kafka connector for the Spark tests: one line says what is missing;
+## the connector's jars are resolved by Spark once, under a lock, into an Ivy cache outside the
+## repository keyed by its version (~/.cache/moldau/spark-ivy-<version>, MOLDAU_SPARK_IVY
+## overrides it; e2e/spark/deps.py). Cold ~20 s; then nothing is started.
+spark-deps: install
+	$(BIN)/python -m e2e.spark.deps
 
 ## The Kubernetes test bed (e2e/kube/, docs/kubernetes.md): Debian packages, then Kubernetes,
 ## etcd, CNI plugins, crictl, CoreDNS, helm and two images built into a cache outside the
@@ -88,7 +95,7 @@ run: install
 
 ## Run the whole test suite: unit tests and real-client end-to-end tests, then the tests marked
 ## `kube` on the Kubernetes test bed (started and stopped by the tests; needs root).
-test: install tools kafka-deps kube-deps
+test: install tools kafka-deps kube-deps spark-deps
 	$(BIN)/ruff check .
 	$(BIN)/pytest
 	$(BIN)/pytest -m kube e2e/kube e2e/images

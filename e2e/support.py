@@ -455,6 +455,34 @@ def ck_consume_all(bootstrap: str, topic: str, partitions: Iterable[int] = (0,),
         consumer.close()
 
 
+def ck_values(bootstrap: str, topic: str, partitions: int, isolation: str,
+              timeout: float = CONSUME_TIMEOUT) -> dict[int, list[bytes]]:
+    """Every value of each partition from the log start to the high watermark, read with
+    `isolation` (read_committed must find no transaction open, else it waits for one)."""
+    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+    consumer = ck_consumer(bootstrap, **{"isolation.level": isolation})
+    try:
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=15)[1]
+                for p in range(partitions)}
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        out: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
+        deadline = time.monotonic() + timeout
+
+        def behind() -> list[int]:
+            positions = consumer.position([TopicPartition(topic, p) for p in range(partitions)])
+            return [tp.partition for tp in positions if tp.offset < ends[tp.partition]]
+
+        while behind():
+            assert time.monotonic() < deadline, f"{topic} stuck; read {out}"
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                out[message.partition()].append(message.value())
+        return out
+    finally:
+        consumer.close()
+
+
 def ck_offsets_for_times(bootstrap: str, topic: str, query: dict[int, int]
                          ) -> dict[int, int | None]:
     from confluent_kafka import TopicPartition

@@ -27,6 +27,8 @@ from moldau.client.errors import (
     NoOffsetForPartitionError,
     WakeupError,
 )
+from moldau.records.batch import HEADER_SIZE
+from moldau.records.codec import decode_records
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -81,6 +83,45 @@ def test_assign_reads_every_record_in_order_and_respects_max_poll_records(bootst
             assert [r.value for r in mine] == [f"p{p}-{i}" for i in range(400)]
             assert c.position(TopicPartition(topic, p)) == 400
         assert not c.poll(0.2), "nothing more to read"
+
+
+def batch_values(batches) -> list[tuple[int, str]]:
+    """(offset, value) of every record of FetchedBatches from each one's first offset."""
+    out = []
+    for batch in batches:
+        # Uncompressed: the section lies in the fetched bytes, right after its header.
+        assert batch.header.compression == 0
+        whole = batch.records[batch.start - HEADER_SIZE:batch.end]
+        for record in decode_records(whole):
+            offset = batch.header.base_offset + record.offset_delta
+            if offset >= batch.first_offset:
+                out.append((offset, record.value.decode()))
+    return out
+
+
+def test_poll_batches_hands_over_whole_batches_after_what_poll_returned(bootstrap):
+    topic = unique("cons-batches")
+    fill(bootstrap, topic, 1, 300)
+    tp = TopicPartition(topic, 0)
+    with consumer(bootstrap, **{"max.poll.records": 7}) as c:
+        c.assign([tp])
+        # poll() takes the first records of a batch; poll_batches() goes on after them.
+        first = drain(c, 1)
+        assert [r.offset for r in first] == list(range(7))
+        got: list[tuple[int, str]] = []
+        rest = c.poll_batches(5.0, max_records=100)
+        # The batch poll() began, whole, with its first offset after what poll() returned.
+        assert (rest[0].header.base_offset, rest[0].first_offset) == (0, 7)
+        got.extend(batch_values(rest))
+        deadline = time.monotonic() + 20
+        while c.position(tp) < 300 and time.monotonic() < deadline:
+            batches = c.poll_batches(0.5, max_records=100)
+            assert all(b.topic == topic and b.partition == 0 for b in batches)
+            got.extend(batch_values(batches))
+            if got:
+                assert c.position(tp) == got[-1][0] + 1
+        assert got == [(i, f"p0-{i}") for i in range(len(first), 300)]
+        assert not c.poll_batches(0.2)
 
 
 def test_seek_positions_and_offset_lookups(bootstrap):

@@ -22,7 +22,14 @@ from e2e.conftest import moldau_executable
 from e2e.kafka_dist import KafkaBroker, ensure_artifacts
 from e2e.support import ck_create_topic, unique, wait_until
 from e2e.test_transactions import ck_read, kp_read, moldau_read
-from moldau.client import AsyncProducer, Consumer, Producer, TopicPartition
+from moldau.client import (
+    Admin,
+    AsyncProducer,
+    Consumer,
+    PreparedTransaction,
+    Producer,
+    TopicPartition,
+)
 from moldau.client.errors import (
     IllegalStateError,
     ProducerFencedError,  # type: ignore[attr-defined]
@@ -213,6 +220,65 @@ def test_close_aborts_an_open_transaction(bootstrap: str) -> None:
     assert ck_read(bootstrap, topic, "read_committed", 2) == []
 
 
+def prepared_in_a_closed_producer(bootstrap: str, topic: str, transactional_id: str,
+                                  values: list[bytes]) -> PreparedTransaction:
+    """A transaction with `values` prepared by a producer that is then closed."""
+    with producer(bootstrap, transactional_id, transaction_timeout_ms=600000) as p:
+        p.init_transactions()
+        p.begin_transaction()
+        for value in values:
+            p.send(topic, value)
+        prepared = p.prepare_transaction()
+        with pytest.raises(IllegalStateError, match="from state PREPARED_TRANSACTION to state "
+                                                    "COMMITTING_TRANSACTION"):
+            p.commit_transaction()
+        with pytest.raises(IllegalStateError, match="in state PREPARED_TRANSACTION"):
+            p.send(topic, b"more")
+    assert prepared.transactional_id == transactional_id
+    return prepared
+
+
+@pytest.mark.parametrize("commit", [True, False])
+def test_another_client_ends_a_prepared_transaction(bootstrap: str, commit: bool) -> None:
+    topic = unique("txn-prepared")
+    ck_create_topic(bootstrap, topic)
+    prepared = prepared_in_a_closed_producer(bootstrap, topic, unique("txn"), [b"p1", b"p2"])
+    # Closing left it open: read_committed sees nothing, the last stable offset stays at 0.
+    assert ck_read(bootstrap, topic, "read_uncommitted", 2) == [b"p1", b"p2"]
+    assert _last_stable_offset(bootstrap, topic) == 0
+    with Admin({"bootstrap.servers": bootstrap}) as admin:
+        admin.complete_transactions([prepared], commit=commit)
+        admin.complete_transactions([prepared], commit=commit)  # a retry: already done
+    wait_until(lambda: _end_offset(bootstrap, topic) == 3, TIMEOUT, "the marker")
+    assert_reads(bootstrap, topic, 3, [b"p1", b"p2"] if commit else [], [b"p1", b"p2"])
+
+
+def test_a_prepared_transaction_fenced_since_cannot_be_committed(bootstrap: str) -> None:
+    topic = unique("txn-prepared-fenced")
+    ck_create_topic(bootstrap, topic)
+    transactional_id = unique("txn")
+    fenced = prepared_in_a_closed_producer(bootstrap, topic, transactional_id, [b"old"])
+    other = prepared_in_a_closed_producer(bootstrap, topic, unique("txn"), [b"other"])
+    with producer(bootstrap, transactional_id) as successor:
+        successor.init_transactions()  # aborts the prepared transaction, fencing its epoch
+    with Admin({"bootstrap.servers": bootstrap}) as admin, \
+            pytest.raises(ProducerFencedError, match=f"EndTxn for transactional id "
+                                                     f"{transactional_id} .*fenced"):
+        admin.complete_transactions([fenced, other])
+    # The other transaction was committed all the same.
+    wait_until(lambda: _last_stable_offset(bootstrap, topic) == 4, TIMEOUT, "both markers")
+    assert ck_read(bootstrap, topic, "read_committed", 4) == [b"other"]
+
+
+def test_an_empty_transaction_cannot_be_prepared(bootstrap: str) -> None:
+    with producer(bootstrap, unique("txn")) as p:
+        p.init_transactions()
+        p.begin_transaction()
+        with pytest.raises(IllegalStateError, match="without records or offsets"):
+            p.prepare_transaction()
+        p.abort_transaction()
+
+
 def _committed(bootstrap: str, group: str, tp: TopicPartition) -> int | None:
     with Consumer({"bootstrap.servers": bootstrap, "group.id": group}) as reader:
         found = reader.committed([tp], timeout=30).get(tp)
@@ -311,12 +377,18 @@ def test_cli_aborts_the_transaction_on_a_bad_line(bootstrap: str) -> None:
     assert ck_read(bootstrap, topic, "read_uncommitted", 2) == [b"good"]
 
 
-def _end_offset(bootstrap: str, topic: str) -> int | None:
-    """The log end offset of partition 0 (None while its leader is not ready)."""
+def _end_offset(bootstrap: str, topic: str, isolation: int = wire.READ_UNCOMMITTED
+                ) -> int | None:
+    """The log end offset of partition 0, or with READ_COMMITTED its last stable offset
+    (None while its leader is not ready)."""
     with wire.Conn(bootstrap, timeout=30) as conn:
         error, _, offset = wire.list_offset(conn, 1, topic, 0, wire.LATEST_TIMESTAMP,
-                                            wire.READ_UNCOMMITTED)
+                                            isolation)
     return offset if error == wire.NONE else None
+
+
+def _last_stable_offset(bootstrap: str, topic: str) -> int | None:
+    return _end_offset(bootstrap, topic, wire.READ_COMMITTED)
 
 
 def test_cli_rejects_a_transactional_id_with_idempotence_off() -> None:

@@ -31,6 +31,7 @@ from e2e.support import (
     REPO_ROOT,
     ck_consumer,
     ck_producer,
+    ck_values,
     kp_consumer,
     unique,
     wait_until,
@@ -158,32 +159,6 @@ def unstable_committed(bootstrap: str, group: str, topic: str) -> list[int | Non
         consumer.close(autocommit=False)
 
 
-def read_all(bootstrap: str, topic: str, isolation: str) -> dict[int, list[bytes]]:
-    """Every value of every partition, read from the start to the high watermark."""
-    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
-
-    consumer = ck_consumer(bootstrap, **{"isolation.level": isolation})
-    try:
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=15)[1]
-                for p in range(PARTITIONS)}
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
-        out: dict[int, list[bytes]] = {p: [] for p in range(PARTITIONS)}
-        deadline = time.monotonic() + TIMEOUT
-
-        def behind() -> list[int]:
-            positions = consumer.position([TopicPartition(topic, p) for p in range(PARTITIONS)])
-            return [tp.partition for tp in positions if tp.offset < ends[tp.partition]]
-
-        while behind():
-            assert time.monotonic() < deadline, f"{topic} stuck; read {out}"
-            message = consumer.poll(0.5)
-            if message is not None and message.error() is None:
-                out[message.partition()].append(message.value())
-        return out
-    finally:
-        consumer.close()
-
-
 def kill_broker(cluster: LocalCluster, node_id: int, kill: Kill, sink: str) -> None:
     cluster.kill(node_id)
     time.sleep(kill.down_s)
@@ -261,8 +236,8 @@ def test_exactly_once_through_kills(eos_cluster: LocalCluster, tmp_path: Path,
     finally:
         processor.kill()
 
-    committed = read_all(bootstrap, sink, "read_committed")
-    everything = read_all(bootstrap, sink, "read_uncommitted")
+    committed = ck_values(bootstrap, sink, PARTITIONS, "read_committed", TIMEOUT)
+    everything = ck_values(bootstrap, sink, PARTITIONS, "read_uncommitted", TIMEOUT)
     aborted = sum(map(len, everything.values())) - sum(map(len, committed.values()))
     print(f"eos seed={seed} records={PARTITIONS * RECORDS_PER_PARTITION} kills={kills} "
           f"processor_starts={processor.starts} transactions={processor.transactions} "

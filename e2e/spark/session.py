@@ -59,8 +59,12 @@ def ivy_cache() -> Path:
     return moldau_cache_dir(f"spark-ivy-{CONNECTOR_VERSION}", "MOLDAU_SPARK_IVY")
 
 
-def local_session(work_dir: Path, app_name: str = "moldau-tests", cores: int = 2):
-    """A local[cores] SparkSession with the Kafka connector, its scratch files in work_dir."""
+def local_session(work_dir: Path, app_name: str = "moldau-tests", cores: int = 2,
+                  task_attempts: int = 1, connector: bool = True,
+                  conf: dict[str, str] | None = None):
+    """A local[cores] SparkSession, its scratch files in work_dir: with Spark's Kafka connector
+    unless `connector` is false, each task tried up to `task_attempts` times (local mode's
+    spark.task.maxFailures), with `conf` on top."""
     check_java()
     # Python workers must be this interpreter (it has pyarrow and moldau-spark installed);
     # Spark binds its driver to loopback only.
@@ -70,17 +74,40 @@ def local_session(work_dir: Path, app_name: str = "moldau-tests", cores: int = 2
     from pyspark.sql import SparkSession
 
     work_dir.mkdir(parents=True, exist_ok=True)
-    builder = (SparkSession.builder.master(f"local[{cores}]").appName(app_name)
-               .config("spark.jars.packages", CONNECTOR)
-               .config("spark.jars.ivy", str(ivy_cache()))
+    master = f"local[{cores}]" if task_attempts == 1 else f"local[{cores},{task_attempts}]"
+    builder = (SparkSession.builder.master(master).appName(app_name)
                .config("spark.ui.enabled", "false")
                .config("spark.sql.shuffle.partitions", str(cores))
                .config("spark.local.dir", str(work_dir / "local"))
                .config("spark.sql.warehouse.dir", str(work_dir / "warehouse"))
                .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={work_dir}"))
+    if connector:
+        builder = builder.config("spark.jars.packages", CONNECTOR) \
+            .config("spark.jars.ivy", str(ivy_cache()))
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
     try:
         return builder.getOrCreate()
     except Exception as exc:  # the JVM's own output (Ivy's errors) is on stderr already
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise SparkSetupError(f"cannot start a local Spark session with {CONNECTOR} "
                               f"(Ivy cache {ivy_cache()}): {first}") from None
+
+
+def spark_submit(script: Path, args: list[str], work_dir: Path, connector: bool = False,
+                 timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run `spark-submit` (pyspark's own) on local[2] as a user would, the Python workers in
+    this interpreter; with `connector`, Spark's Kafka connector from the Ivy cache."""
+    check_java()
+    work_dir.mkdir(parents=True, exist_ok=True)
+    command = [str(Path(sys.executable).with_name("spark-submit")), "--master", "local[2]",
+               "--conf", "spark.ui.enabled=false",
+               "--conf", "spark.sql.shuffle.partitions=2",
+               "--conf", f"spark.local.dir={work_dir / 'local'}",
+               "--conf", f"spark.driver.extraJavaOptions=-Dderby.system.home={work_dir}"]
+    if connector:
+        command += ["--packages", CONNECTOR, "--conf", f"spark.jars.ivy={ivy_cache()}"]
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable,
+           "PYSPARK_DRIVER_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    return subprocess.run([*command, str(script), *args], env=env, cwd=work_dir,
+                          capture_output=True, text=True, timeout=timeout)

@@ -49,12 +49,31 @@ def test_batch_write_with_topic_option_and_topic_column(spark, module_broker, fm
     assert stored(bootstrap, by_column) == want
 
 
-def test_exactly_once_is_refused_for_now(spark) -> None:
-    df = spark.createDataFrame([], "value string")
+def test_exactly_once_batch_write_with_a_progress_topic(spark, module_broker) -> None:
+    """Rows naming their topics, written in transactions; the progress kept on another."""
+    bootstrap = module_broker.bootstrap
+    out, progress = unique("spark-eos-col"), unique("spark-eos-progress")
+    kp_create_topic(bootstrap, out, partitions=2)
+    kp_create_topic(bootstrap, progress)
+    from pyspark.sql import functions as F
+
+    df = spark.createDataFrame(ROWS, SCHEMA).coalesce(1).withColumn("topic", F.lit(out))
+    df.write.format("moldau").mode("append").option("kafka.bootstrap.servers", bootstrap) \
+        .option("exactlyOnce", "true").option("progressTopic", progress).save()
+    want = sorted(expected(ROWS), key=lambda r: (r.partition, r.offset))
+    # The commit markers take an offset after each partition's records.
+    committed = kp_consume_all(bootstrap, out, partitions=(0, 1),
+                               isolation_level="read_committed")
+    assert sorted((Rec(r.partition, r.key, r.value, r.headers, 0, r.offset)
+                   for r in committed), key=lambda r: (r.partition, r.offset)) == want
+
+
+def test_exactly_once_needs_a_topic_for_its_progress(spark) -> None:
+    df = spark.createDataFrame([("t", "v")], "topic string, value string")
     with pytest.raises(Exception) as caught:
         df.write.format("moldau").mode("append").option("kafka.bootstrap.servers",
                                                          "127.0.0.1:1") \
-            .option("topic", "t").option("exactlyOnce", "true").save()
-    assert ("pyspark_moldau.options.OptionError: Option 'exactlyOnce' is not available yet: "
-            "it needs Moldau's transactional producer. Without it the sink writes at least "
-            "once.\n") in str(caught.value)
+            .option("exactlyOnce", "true").save()
+    assert ("pyspark_moldau.options.OptionError: Option 'exactlyOnce' needs the 'topic' "
+            "option, or 'progressTopic' naming an existing topic when the rows carry their "
+            "topic\n") in str(caught.value)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 from pyspark_moldau.options import OptionError, source_options
-from pyspark_moldau.writer import sink_options
+from pyspark_moldau.sink_options import sink_options
 
 BOOTSTRAP = {"kafka.bootstrap.servers": "127.0.0.1:1"}
 
@@ -74,9 +74,18 @@ def schema(*fields: tuple) -> StructType:
 
 
 @pytest.mark.parametrize(("columns", "options", "message"), [
-    ([("value", StringType())], {"exactlyOnce": "true", "topic": "t"},
-     "Option 'exactlyOnce' is not available yet: it needs Moldau's transactional producer. "
-     "Without it the sink writes at least once."),
+    ([("value", StringType()), ("topic", StringType())], {"exactlyOnce": "true"},
+     "Option 'exactlyOnce' needs the 'topic' option, or 'progressTopic' naming an existing "
+     "topic when the rows carry their topic"),
+    ([("value", StringType())], {"exactlyOnce": "yes", "topic": "t"},
+     "Option 'exactlyOnce' must be true or false, got 'yes'"),
+    ([("value", StringType())], {"exactlyOnce": "true", "topic": "t",
+                                 "kafka.enable.idempotence": "false"},
+     "Kafka option 'enable.idempotence' cannot be false with 'exactlyOnce': transactions "
+     "need the idempotent producer"),
+    ([("value", StringType())], {"topic": "t", "kafka.transactional.id": "mine"},
+     "Kafka option 'transactional.id' is not supported: with 'exactlyOnce' set to 'true' "
+     "the sink gives each write task its own"),
     ([("value", StringType())], {}, "topic option required when no 'topic' attribute is "
                                     "present. Use the topic option for setting a topic."),
     ([("x", IntegerType())], {"topic": "t"}, "Required attribute 'value' not found"),
@@ -93,3 +102,15 @@ def test_bad_sink_options_are_named(columns, options, message) -> None:
     with pytest.raises(OptionError) as caught:
         sink_options({**BOOTSTRAP, **options}, schema(*columns))
     assert str(caught.value) == message
+
+
+def test_exactly_once_keeps_its_progress_on_the_topic_or_the_progress_topic() -> None:
+    value_and_topic = schema(("value", StringType()), ("topic", StringType()))
+    by_option = sink_options({**BOOTSTRAP, "topic": "out", "exactlyOnce": "TRUE"},
+                             schema(("value", StringType())))
+    assert (by_option.exactly_once, by_option.progress_topic) == (True, "out")
+    by_column = sink_options({**BOOTSTRAP, "exactlyOnce": "true", "progressTopic": "marks"},
+                             value_and_topic)
+    assert (by_column.topic, by_column.progress_topic) == (None, "marks")
+    plain = sink_options({**BOOTSTRAP}, value_and_topic)
+    assert (plain.exactly_once, plain.progress_topic) == (False, None)

@@ -1,11 +1,14 @@
-"""What the driver asks the cluster: which partitions a strategy names, and their offsets."""
+"""What the driver asks the cluster: which partitions a strategy names, and their offsets.
+
+Both are asked afresh at every trigger (an admin client's Metadata request, ListOffsets), so
+partitions and topics created while a query runs are seen at its next micro-batch."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
 
-from moldau.client import Consumer, TopicPartition
+from moldau.client import Admin, Consumer, TopicPartition
 from pyspark_moldau.offsets import (
     EARLIEST,
     EARLIEST_OFFSET,
@@ -13,7 +16,7 @@ from pyspark_moldau.offsets import (
     LATEST_OFFSET,
     TopicOffsets,
 )
-from pyspark_moldau.options import OptionError, Strategy
+from pyspark_moldau.options import OptionError, Strategy, connection_settings
 
 # The source decides where to read; the client never commits nor resets on its own.
 CONSUMER_OVERRIDES = {"enable.auto.commit": "false", "auto.offset.reset": "none"}
@@ -28,19 +31,25 @@ class ClusterView:
 
     def __init__(self, settings: dict[str, str]) -> None:
         self._consumer = open_consumer(settings)
+        self._admin = Admin(connection_settings(settings))
 
     def close(self) -> None:
         self._consumer.close()
+        self._admin.close()
 
     def partitions(self, strategy: Strategy) -> list[tuple[str, int]]:
         if strategy.assigned:
             return sorted(set(strategy.assigned))
         if strategy.pattern is not None:
-            topics: Iterable[str] = sorted(t for t in self._consumer.topics()
-                                           if strategy.matches(t))
+            # Internal topics never match, as with the consumer's pattern subscription.
+            described = self._admin.describe_topics()
+            topics = [name for name, topic in described.items()
+                      if not topic.is_internal and strategy.matches(name)]
         else:
-            topics = strategy.topics
-        return [(topic, p) for topic in topics for p in self._consumer.partitions_for(topic)]
+            described = self._admin.describe_topics(strategy.topics)
+            topics = list(strategy.topics)
+        return [(topic, p.partition) for topic in sorted(set(topics))
+                for p in described[topic].partitions]
 
     def earliest(self, partitions: Iterable[tuple[str, int]]) -> TopicOffsets:
         return self._ask(self._consumer.beginning_offsets, partitions)

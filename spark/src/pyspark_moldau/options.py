@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from moldau.client.config import COMMON_KEYS
 from pyspark_moldau.offsets import (
     EARLIEST,
     EARLIEST_OFFSET,
@@ -24,6 +25,11 @@ STRATEGIES = ("subscribe", "subscribepattern", "assign")
 DEFAULT_POLL_TIMEOUT_MS = 120_000  # spark.network.timeout, Spark's default for this option
 # A Kafka partition's range is split into Spark partitions of at most this many records.
 DEFAULT_MAX_RECORDS_PER_PARTITION = 1_000_000
+# Spark's default maxTriggerDelay, 15m.
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
+# Spark's time suffixes (JavaUtils.timeStringAsMs), as milliseconds.
+_TIME_UNITS_MS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000,
+                  "h": 3_600_000, "d": 86_400_000}
 
 _REFUSED = {
     "enable.auto.commit": "Kafka option 'enable.auto.commit' is not supported",
@@ -38,6 +44,10 @@ _REFUSED = {
         "'startingoffsets' to 'earliest' or 'latest' to specify where to start."),
     "interceptor.classes": "Kafka option 'interceptor.classes' is not supported",
 }
+
+
+# Settings every Moldau client takes (bootstrap servers, timeouts, TLS, SASL).
+_CONNECTION_KEYS = frozenset(key.name for key in COMMON_KEYS)
 
 
 class OptionError(ValueError):
@@ -67,6 +77,8 @@ class SourceOptions:
     include_headers: bool = False
     fail_on_data_loss: bool = True
     max_offsets_per_trigger: int | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
     max_records_per_partition: int = DEFAULT_MAX_RECORDS_PER_PARTITION
     poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS
 
@@ -79,6 +91,12 @@ def client_settings(options: Mapping[str, str], role: str) -> dict[str, str]:
         raise OptionError(f"Option 'kafka.bootstrap.servers' must be specified for "
                           f"configuring Kafka {role}")
     return settings
+
+
+def connection_settings(settings: Mapping[str, str]) -> dict[str, str]:
+    """The connection and security settings among a consumer's or producer's: what an admin
+    client (or a consumer for another job) of the same cluster takes."""
+    return {k: v for k, v in settings.items() if k in _CONNECTION_KEYS}
 
 
 def source_options(options: Mapping[str, str], streaming: bool) -> SourceOptions:
@@ -94,11 +112,18 @@ def source_options(options: Mapping[str, str], streaming: bool) -> SourceOptions
         raise OptionError("ending offset not valid in streaming queries")
     if not streaming:
         _check_batch_bounds(starting, ending)
+    most = _positive(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger")
+    least = _positive(opts, "minoffsetspertrigger", "minOffsetsPerTrigger")
+    if most is not None and least is not None and least > most:
+        raise OptionError(f"The value of minOffsetPerTrigger({least}) is higher than the "
+                          f"maxOffsetsPerTrigger({most}).")
     return SourceOptions(
         client=client, strategy=strategy, starting=starting, ending=ending,
-        include_headers=_boolean(opts, "includeheaders", "includeHeaders", False),
-        fail_on_data_loss=_boolean(opts, "failondataloss", "failOnDataLoss", True),
-        max_offsets_per_trigger=_positive(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger"),
+        include_headers=parse_boolean(opts, "includeheaders", "includeHeaders", False),
+        fail_on_data_loss=parse_boolean(opts, "failondataloss", "failOnDataLoss", True),
+        max_offsets_per_trigger=most, min_offsets_per_trigger=least,
+        max_trigger_delay_ms=_duration_ms(opts, "maxtriggerdelay", "maxTriggerDelay",
+                                          DEFAULT_MAX_TRIGGER_DELAY_MS),
         max_records_per_partition=_positive(opts, "maxrecordsperpartition",
                                             "maxRecordsPerPartition")
         or DEFAULT_MAX_RECORDS_PER_PARTITION,
@@ -179,7 +204,7 @@ def _check_batch_bounds(starting: str | TopicOffsets, ending: str | TopicOffsets
                                       f"batch queries on Kafka")
 
 
-def _boolean(opts: dict[str, str], key: str, name: str, default: bool) -> bool:
+def parse_boolean(opts: dict[str, str], key: str, name: str, default: bool) -> bool:
     value = opts.get(key)
     if value is None:
         return default
@@ -199,3 +224,17 @@ def _positive(opts: dict[str, str], key: str, name: str) -> int | None:
     if number <= 0:
         raise OptionError(f"Option '{name}' must be a positive integer, got '{value}'")
     return number
+
+
+def _duration_ms(opts: dict[str, str], key: str, name: str, default: int) -> int:
+    """Spark's time strings: a number with a unit (us, ms, s, m or min, h, d), or a bare
+    number of milliseconds."""
+    value = opts.get(key)
+    if value is None:
+        return default
+    match = re.fullmatch(r"(\d+)\s*([a-z]*)", value.strip().lower())
+    unit = (match.group(2) or "ms") if match else None
+    if match is None or unit not in _TIME_UNITS_MS:
+        raise OptionError(f"Option '{name}' must be a time such as 50s, 100ms or 15m (units: "
+                          f"us, ms, s, m or min, h, d), got '{value}'")
+    return int(int(match.group(1)) * _TIME_UNITS_MS[unit])

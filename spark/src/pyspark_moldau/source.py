@@ -18,11 +18,13 @@ from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
     ReadMaxRows,
+    ReadMinRows,
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import StructType
 
 from pyspark_moldau.cluster import ClusterView
+from pyspark_moldau.limits import TriggerDelay, rate_limit
 from pyspark_moldau.offsets import (
     EARLIEST,
     OffsetRange,
@@ -102,6 +104,9 @@ class MoldauStreamReader(_RangeReader, DataSourceStreamReader, SupportsTriggerAv
         self._view: ClusterView | None = None
         # The offsets Trigger.AvailableNow must stop at, once it asked for them.
         self._target: TopicOffsets | None = None
+        least = options.min_offsets_per_trigger
+        self._delay = None if least is None else \
+            TriggerDelay(least, options.max_trigger_delay_ms)
 
     def __getstate__(self) -> dict:
         # The driver's consumer stays on the driver.
@@ -118,8 +123,14 @@ class MoldauStreamReader(_RangeReader, DataSourceStreamReader, SupportsTriggerAv
         return to_json_dict(self.view.resolve(self.options.starting, names, "startingOffsets"))
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        limit = self.options.max_offsets_per_trigger
-        return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
+        """Spark passes this back to latestOffset; Python sources have no composite limit,
+        so the options themselves say which limits apply, and ReadAllAvailable (Spark's
+        Trigger.Once) lifts them all."""
+        if self.options.min_offsets_per_trigger is not None:
+            return ReadMinRows(self.options.min_offsets_per_trigger)
+        if self.options.max_offsets_per_trigger is not None:
+            return ReadMaxRows(self.options.max_offsets_per_trigger)
+        return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self._available()
@@ -131,8 +142,14 @@ class MoldauStreamReader(_RangeReader, DataSourceStreamReader, SupportsTriggerAv
         begin = self._with_new_partitions(from_json_dict(start))
         latest = self._target if self._target is not None else self._available()
         end = {tp: max(latest.get(tp, offset), offset) for tp, offset in begin.items()}
-        if isinstance(limit, ReadMaxRows):
-            end = rate_limit(begin, end, limit.max_rows)
+        if isinstance(limit, ReadAllAvailable):
+            return to_json_dict(end)
+        # Trigger.AvailableNow gets no more data: waiting for more would never end.
+        if self._delay is not None and self._target is None and \
+                self._delay.should_wait(begin, end):
+            return start  # no batch this trigger
+        if self.options.max_offsets_per_trigger is not None:
+            end = rate_limit(begin, end, self.options.max_offsets_per_trigger)
         return to_json_dict(end)
 
     def _with_new_partitions(self, start: TopicOffsets) -> TopicOffsets:
@@ -154,17 +171,3 @@ class MoldauStreamReader(_RangeReader, DataSourceStreamReader, SupportsTriggerAv
         if self._view is not None:
             self._view.close()
             self._view = None
-
-
-def rate_limit(start: TopicOffsets, end: TopicOffsets, max_rows: int) -> TopicOffsets:
-    """At most max_rows records in all, shared by the partitions in proportion to what each
-    has waiting (as Spark's maxOffsetsPerTrigger), each partition getting at least one."""
-    waiting = {tp: end[tp] - start.get(tp, end[tp]) for tp in end}
-    total = sum(waiting.values())
-    if total <= max_rows:
-        return end
-    limited = {}
-    for tp, lag in waiting.items():
-        share = int(max_rows * lag / total)
-        limited[tp] = start.get(tp, end[tp]) + min(lag, max(share, 1 if lag else 0))
-    return limited

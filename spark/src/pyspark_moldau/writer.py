@@ -1,124 +1,105 @@
 """The sink: rows with Spark's Kafka sink columns (topic, key, value, partition, headers)
-produced with the Moldau client's idempotent producer, at least once."""
+produced with the Moldau client, at least once with the idempotent producer, or exactly once
+in transactions the driver commits per batch (`exactlyOnce`, see exactly_once.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+import logging
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
 
+from pyspark import TaskContext
 from pyspark.sql import Row
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
-from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    DataType,
-    IntegerType,
-    StringType,
-    StructType,
+from pyspark.sql.types import StructType
+
+from moldau.client import KafkaError, Producer
+from pyspark_moldau.exactly_once import (
+    TaskScope,
+    Written,
+    complete,
+    job_task_scope,
+    stream_task_scope,
+    write_prepared,
 )
+from pyspark_moldau.records import send_rows
+from pyspark_moldau.sink_options import SinkOptions, sink_options
 
-from moldau.client import Producer, RecordFuture
-from pyspark_moldau.options import OptionError, client_settings
-from pyspark_moldau.schema import HEADERS_TYPE
-
-_REFUSED = ("key.serializer", "value.serializer")
-_TEXT_OR_BYTES = (StringType(), BinaryType())
+log = logging.getLogger("pyspark_moldau")
 
 
-@dataclass(frozen=True)
-class SinkOptions:
-    client: dict[str, str]
-    topic: str | None
-
-
-@dataclass
-class Written(WriterCommitMessage):
-    records: int
-
-
-def sink_options(options: Mapping[str, str], schema: StructType) -> SinkOptions:
-    """Checks the options and the columns as Spark's Kafka sink does, with its messages."""
-    opts = {key.lower(): value for key, value in options.items()}
-    if opts.get("exactlyonce", "false").strip().lower() == "true":
-        raise OptionError("Option 'exactlyOnce' is not available yet: it needs Moldau's "
-                          "transactional producer. Without it the sink writes at least once.")
-    client = client_settings(options, "producer")
-    for name in client:
-        if name.lower() in _REFUSED:
-            kind = name.split(".")[0]
-            raise OptionError(f"Kafka option '{name}' is not supported as {kind}s are "
-                              f"serialized as byte arrays. Use DataFrame operations to "
-                              f"explicitly serialize the {kind}s into either strings or "
-                              f"byte arrays.")
-    topic = opts.get("topic")
-    columns = {f.name.lower(): f.dataType for f in schema.fields}
-    if topic is None:
-        if "topic" not in columns:
-            raise OptionError("topic option required when no 'topic' attribute is present. "
-                              "Use the topic option for setting a topic.")
-        _check_type(columns, "topic", (StringType(),), "string")
-    if "value" not in columns:
-        raise OptionError("Required attribute 'value' not found")
-    _check_type(columns, "value", _TEXT_OR_BYTES, "string or binary")
-    _check_type(columns, "key", _TEXT_OR_BYTES, "string or binary")
-    _check_type(columns, "partition", (IntegerType(),), "int")
-    _check_type(columns, "headers", (HEADERS_TYPE, ArrayType(HEADERS_TYPE.elementType, False)),
-                "array<struct<key:string,value:binary>>")
-    return SinkOptions(client, topic)
-
-
-def _check_type(columns: dict[str, DataType], name: str, allowed: tuple[DataType, ...],
-                wanted: str) -> None:
-    found = columns.get(name)
-    if found is not None and found not in allowed:
-        raise OptionError(f"{name} attribute unsupported type {found.simpleString()}. "
-                          f"{name} must be a(n) {wanted}")
-
-
-def _bytes(value: object) -> bytes | None:
-    if value is None:
-        return None
-    return value.encode() if isinstance(value, str) else bytes(value)  # type: ignore[arg-type]
-
-
-def produce_rows(options: SinkOptions, rows: Iterator[Row]) -> Written:
+def write_at_least_once(options: SinkOptions, rows: Iterator[Row]) -> Written:
     """Send every row and wait for every acknowledgement; a failed send fails the task, so
     Spark retries it (at least once)."""
+    context = TaskContext.get()
     producer = Producer(options.client)
     try:
-        futures: list[RecordFuture] = []
-        for row in rows:
-            fields = row.asDict()
-            topic = options.topic or fields.get("topic")
-            if topic is None:
-                raise OptionError("Null topic present in the data. Use the topic option for "
-                                  "setting a topic.")
-            headers = [(h["key"], _bytes(h["value"])) for h in fields.get("headers") or ()]
-            futures.append(producer.send(topic, value=_bytes(fields.get("value")),
-                                         key=_bytes(fields.get("key")), headers=headers,
-                                         partition=fields.get("partition")))
+        futures = send_rows(producer, options, rows)
         producer.flush()
         for future in futures:
             future.get()
-        return Written(len(futures))
+        return Written(context.partitionId() if context else 0, len(futures))
     finally:
         producer.close()
 
 
-class MoldauBatchWriter(DataSourceWriter):
+class _SinkWriter:
+    """What the batch and the streaming writer share."""
+
+    options: SinkOptions
+
+    def _write(self, scope: TaskScope | None, rows: Iterator[Row]) -> Written:
+        if scope is None:
+            return write_at_least_once(self.options, rows)
+        return write_prepared(self.options, scope, rows)
+
+    def _abort(self, messages: Sequence[WriterCommitMessage | None], what: str) -> None:
+        """Abort what the tasks that succeeded prepared; a transaction this misses ends at
+        its timeout, or when the next attempt of its task starts."""
+        if not self.options.exactly_once:
+            return
+        try:
+            complete(self.options, messages, commit=False)
+        except KafkaError as exc:
+            log.warning("could not abort the transactions of %s: %s", what, exc)
+
+
+class MoldauBatchWriter(_SinkWriter, DataSourceWriter):
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
+        self.options = sink_options(options, schema)
+        # Made once on the driver and shipped to every task of this job and their retries.
+        self.job_id = str(uuid.uuid4())
+
+    def write(self, iterator: Iterator[Row]) -> Written:
+        scope = job_task_scope(self.job_id) if self.options.exactly_once else None
+        return self._write(scope, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        if self.options.exactly_once:
+            complete(self.options, messages, commit=True)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        self._abort(messages, f"write job {self.job_id}")
+
+
+class MoldauStreamWriter(_SinkWriter, DataSourceStreamWriter):
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         self.options = sink_options(options, schema)
 
     def write(self, iterator: Iterator[Row]) -> Written:
-        return produce_rows(self.options, iterator)
-
-
-class MoldauStreamWriter(DataSourceStreamWriter):
-    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
-        self.options = sink_options(options, schema)
-
-    def write(self, iterator: Iterator[Row]) -> Written:
-        return produce_rows(self.options, iterator)
+        scope = stream_task_scope() if self.options.exactly_once else None
+        return self._write(scope, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
-        """Every record of the batch is acknowledged already; nothing to finish."""
+        """With exactlyOnce, commit the batch's transactions (before Spark's commit log);
+        without, every record is acknowledged already."""
+        if self.options.exactly_once:
+            complete(self.options, messages, commit=True)
+        written = [m for m in messages if isinstance(m, Written)]
+        skipped = sorted(m.partition for m in written if m.skipped)
+        log.info("batch %d: %d records written by %d tasks%s", batchId,
+                 sum(m.records for m in written), len(written),
+                 f"; tasks {skipped} found the batch written already" if skipped else "")
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        self._abort(messages, f"batch {batchId}")

@@ -25,11 +25,12 @@ if TYPE_CHECKING:
         ConsumerRebalanceListener,
         ConsumerRecord,
         ConsumerRecords,
+        FetchedBatch,
         OffsetAndTimestamp,
     )
     from moldau.client.errors import KafkaError, KafkaTimeoutError
     from moldau.client.producer import AsyncProducer, Producer, RecordFuture
-    from moldau.client.types import Node, RecordMetadata, TopicPartition
+    from moldau.client.types import Node, PreparedTransaction, RecordMetadata, TopicPartition
 
 _EXPORTS = {
     "Admin": "moldau.client.admin",
@@ -42,6 +43,7 @@ _EXPORTS = {
     "ConsumerRebalanceListener": "moldau.client.consumer",
     "ConsumerRecord": "moldau.client.consumer",
     "ConsumerRecords": "moldau.client.consumer",
+    "FetchedBatch": "moldau.client.consumer",
     "OffsetAndTimestamp": "moldau.client.consumer",
     "OffsetAndMetadata": "moldau.client.admin.types",
     "KafkaError": "moldau.client.errors",
@@ -50,6 +52,7 @@ _EXPORTS = {
     "Producer": "moldau.client.producer",
     "RecordFuture": "moldau.client.producer",
     "Node": "moldau.client.types",
+    "PreparedTransaction": "moldau.client.types",
     "RecordMetadata": "moldau.client.types",
     "TopicPartition": "moldau.client.types",
 }
@@ -64,6 +67,7 @@ __all__ = [
     "ConsumerRebalanceListener",
     "ConsumerRecord",
     "ConsumerRecords",
+    "FetchedBatch",
     "KafkaError",
     "KafkaTimeoutError",
     "NewPartitions",
@@ -71,6 +75,7 @@ __all__ = [
     "Node",
     "OffsetAndMetadata",
     "OffsetAndTimestamp",
+    "PreparedTransaction",
     "Producer",
     "RecordFuture",
     "RecordMetadata",

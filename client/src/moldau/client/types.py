@@ -54,3 +54,16 @@ class ConsumerGroupMetadata:
     generation_id: int = -1
     member_id: str = ""
     group_instance_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedTransaction:
+    """A transaction its producer flushed and left open (`prepare_transaction()`), for
+    another process to commit or abort (`Admin.complete_transactions`): the two phases of
+    a commit split between processes, as Kafka's KIP-939 does it, over transaction version 1
+    requests. The producer id and epoch tell exactly this transaction from a later one of
+    the same transactional id."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int

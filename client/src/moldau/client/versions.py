@@ -53,6 +53,12 @@ class ApiKey(IntEnum):
 # Produce v13 names topics by id only.
 _CLIENT_MAX = {ApiKey.PRODUCE: 12}
 
+# The last versions of the transaction requests without KIP-890's transaction version 2
+# semantics (partitions added explicitly, EndTxn not bumping the epoch), which transactional
+# producers and the admin's EndTxn send.
+TXN_V1_MAX = {ApiKey.ADD_PARTITIONS_TO_TXN: 3, ApiKey.END_TXN: 4,
+              ApiKey.TXN_OFFSET_COMMIT: 4, ApiKey.PRODUCE: 11}
+
 
 @cache
 def client_versions(api_key: int) -> tuple[int, int] | None:

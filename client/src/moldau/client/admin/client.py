@@ -55,13 +55,14 @@ from moldau.client.errors import (
     DisconnectedError,
     KafkaError,
     KafkaTimeoutError,
+    ProducerFencedError,  # type: ignore[attr-defined]
     UnsupportedVersionError,  # type: ignore[attr-defined]
     error_for,
 )
 from moldau.client.metadata import Cluster, Metadata
 from moldau.client.network import ExponentialBackoff, NetworkClient
-from moldau.client.types import Node, TopicPartition
-from moldau.client.versions import ApiKey
+from moldau.client.types import Node, PreparedTransaction, TopicPartition
+from moldau.client.versions import TXN_V1_MAX, ApiKey
 from moldau.errors import ErrorCode
 
 log = logging.getLogger("moldau.client.admin")
@@ -143,7 +144,7 @@ class AsyncAdmin:
         self.network = NetworkClient.from_config(cfg, self.metadata)
         self._backoff = ExponentialBackoff(cfg["retry.backoff.ms"] / 1000,
                                            cfg["retry.backoff.max.ms"] / 1000)
-        self._coordinators: dict[str, int] = {}
+        self._coordinators: dict[tuple[CoordinatorType, str], int] = {}
         self._metadata_task: asyncio.Task[None] | None = None
         self._started = False
         self._closed = False
@@ -337,15 +338,21 @@ class AsyncAdmin:
     def _to_broker(self, broker_id: int, name: str) -> Callable[[float], Awaitable[int]]:
         return lambda deadline: self._broker(broker_id, deadline, name)
 
-    def _to_coordinator(self, group_id: str, name: str) -> Callable[[float], Awaitable[int]]:
+    def _to_coordinator(self, key: str, name: str,
+                        key_type: CoordinatorType = CoordinatorType.GROUP
+                        ) -> Callable[[float], Awaitable[int]]:
+        """The coordinator of a group (or, with key_type TRANSACTION, of a transactional
+        id), found once and then remembered."""
+        what = f"{key_type.name.lower()} {key}"
+
         async def target(deadline: float) -> int:
-            node = self._coordinators.get(group_id)
+            node = self._coordinators.get((key_type, key))
             if node is not None and self.metadata.cluster.node(node) is not None:
                 return node
 
             def handle(response: Any, _node: int) -> int:
-                code, node_id, message = parse_find_coordinator(response, group_id)
-                _check(code, message, f"FindCoordinator for group {group_id}")
+                code, node_id, message = parse_find_coordinator(response, key)
+                _check(code, message, f"FindCoordinator for {what}")
                 if self.metadata.cluster.node(node_id) is None:
                     raise _Retry(error_for(ErrorCode.coordinator_not_available,
                                            f"coordinator {node_id} not in metadata yet"))
@@ -353,16 +360,17 @@ class AsyncAdmin:
 
             node = await self._call(
                 "findCoordinator", self._any(name), ApiKey.FIND_COORDINATOR,
-                find_coordinator_request(group_id, CoordinatorType.GROUP), handle,
+                find_coordinator_request(key, key_type), handle,
                 timeout=max(deadline - time.monotonic(), 0.001))
-            self._coordinators[group_id] = node
+            self._coordinators[(key_type, key)] = node
             return node
         return target
 
-    def _forget_coordinator(self, group_id: str) -> Callable[[KafkaError], None]:
+    def _forget_coordinator(self, key: str, key_type: CoordinatorType = CoordinatorType.GROUP
+                            ) -> Callable[[KafkaError], None]:
         def forget(error: KafkaError) -> None:
             if error.code in COORDINATOR_ERRORS:
-                self._coordinators.pop(group_id, None)
+                self._coordinators.pop((key_type, key), None)
         return forget
 
     # -------------------------------------------------------------------------- topics
@@ -1083,3 +1091,42 @@ class AsyncAdmin:
                          self._to_coordinator(group_id, "alterConsumerGroupOffsets"),
                          ApiKey.OFFSET_COMMIT, body, handle, timeout=timeout,
                          on_retry=self._forget_coordinator(group_id))
+
+    # -------------------------------------------------------------------------- transactions
+
+    async def complete_transactions(self, prepared: Iterable[PreparedTransaction], *,
+                                    commit: bool = True, timeout: float | None = None) -> None:
+        """Commit (or abort) transactions that producers left prepared
+        (`prepare_transaction()`): EndTxn on their behalf, to each transactional id's
+        coordinator, all at once. A transaction fenced or timed out since it was prepared
+        raises ProducerFencedError; the others still end. Retrying a commit that went
+        through is harmless: the coordinator answers it as done."""
+        calls = [self._end_transaction(p, commit, timeout) for p in prepared]
+        errors = [r for r in await asyncio.gather(*calls, return_exceptions=True)
+                  if isinstance(r, BaseException)]
+        if errors:
+            raise errors[0]
+
+    async def _end_transaction(self, prepared: PreparedTransaction, commit: bool,
+                               timeout: float | None) -> None:
+        txn_id = prepared.transactional_id
+        body = {"transactional_id": txn_id, "producer_id": prepared.producer_id,
+                "producer_epoch": prepared.producer_epoch, "committed": commit}
+
+        def handle(response: Any, _node: int) -> None:
+            code = ErrorCode(response.error_code)
+            what = f"EndTxn for transactional id {txn_id}"
+            if code is ErrorCode.concurrent_transactions:  # still ending the previous one
+                raise _Retry(error_for(code, what))
+            if code in (ErrorCode.producer_fenced, ErrorCode.invalid_producer_epoch):
+                raise ProducerFencedError(
+                    f"{what} (producer {prepared.producer_id}, epoch "
+                    f"{prepared.producer_epoch}): fenced; a newer producer or the transaction "
+                    f"timeout ended the transaction")
+            _check(code, None, what)
+
+        await self._call("endTxn",
+                         self._to_coordinator(txn_id, "endTxn", CoordinatorType.TRANSACTION),
+                         ApiKey.END_TXN, body, handle, timeout=timeout,
+                         on_retry=self._forget_coordinator(txn_id, CoordinatorType.TRANSACTION),
+                         max_version=TXN_V1_MAX[ApiKey.END_TXN])

@@ -25,7 +25,7 @@ from moldau.client.admin.types import (
 )
 from moldau.client.errors import KafkaError
 from moldau.client.loop_thread import LoopThread
-from moldau.client.types import TopicPartition
+from moldau.client.types import PreparedTransaction, TopicPartition
 
 
 class Admin:
@@ -216,3 +216,8 @@ class Admin:
                             offsets: Mapping[TopicPartition, OffsetAndMetadata | int], *,
                             timeout: float | None = None) -> None:
         self._thread.run(self._core.alter_group_offsets(group_id, offsets, timeout=timeout))
+
+    def complete_transactions(self, prepared: Iterable[PreparedTransaction], *,
+                              commit: bool = True, timeout: float | None = None) -> None:
+        self._thread.run(self._core.complete_transactions(prepared, commit=commit,
+                                                          timeout=timeout))

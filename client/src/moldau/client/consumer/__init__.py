@@ -6,8 +6,8 @@ from moldau.client.consumer.consumer import (
     ConsumerRebalanceListener,
     OffsetAndTimestamp,
 )
-from moldau.client.consumer.records import ConsumerRecord, ConsumerRecords
+from moldau.client.consumer.records import ConsumerRecord, ConsumerRecords, FetchedBatch
 from moldau.client.consumer.sync import Consumer
 
 __all__ = ["AsyncConsumer", "Consumer", "ConsumerRebalanceListener", "ConsumerRecord",
-           "ConsumerRecords", "OffsetAndTimestamp"]
+           "ConsumerRecords", "FetchedBatch", "OffsetAndTimestamp"]

@@ -28,7 +28,7 @@ from moldau.client.config import parse_consumer_config
 from moldau.client.consumer.assignors import resolve_assignors
 from moldau.client.consumer.coordinator import ConsumerCoordinator
 from moldau.client.consumer.fetcher import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Fetcher
-from moldau.client.consumer.records import ConsumerRecord, ConsumerRecords
+from moldau.client.consumer.records import ConsumerRecord, ConsumerRecords, FetchedBatch
 from moldau.client.consumer.subscription_state import (
     OffsetResetStrategy,
     SubscriptionState,
@@ -299,6 +299,20 @@ class AsyncConsumer:
                    ) -> ConsumerRecords:
         """Records from the assigned partitions: buffered ones at once, else wait up to
         `timeout` seconds for a fetch. At most max.poll.records (or `max_records`)."""
+        found = await self._poll(timeout, max_records, self.fetcher.collect)
+        return ConsumerRecords(found) if found else ConsumerRecords.EMPTY
+
+    async def poll_batches(self, timeout: float = 0.0, *, max_records: int | None = None
+                           ) -> list[FetchedBatch]:
+        """As poll(), but whole record batches, undecoded (FetchedBatch): for callers that
+        decode records in bulk. Batches holding about max.poll.records (or `max_records`)
+        records, at least one; positions move past them as past polled records."""
+        found = await self._poll(timeout, max_records, self.fetcher.collect_batches)
+        return [batch for batches in found.values() for batch in batches]
+
+    async def _poll(self, timeout: float, max_records: int | None,
+                    collect: Callable[[], dict[TopicPartition, list[Any]]]
+                    ) -> dict[TopicPartition, list[Any]]:
         self._ensure_open()
         if not self._started:
             await self.start()
@@ -316,16 +330,16 @@ class AsyncConsumer:
                 if self.coordinator is not None:
                     await self.coordinator.poll(deadline)
                 await self._update_positions(deadline)
-                records = fetcher.collect()
-                if records:
+                found = collect()
+                if found:
                     # The next fetch is on its way while the caller handles these.
                     fetcher.send_fetches()
-                    return ConsumerRecords(records)
+                    return found
                 fetcher.send_fetches()
                 now = time.monotonic()
                 remaining = deadline - now
                 if remaining <= 0:
-                    return ConsumerRecords.EMPTY
+                    return {}
                 if self.coordinator is not None:
                     remaining = min(remaining, max(
                         self.coordinator.time_to_next_poll(now), 0.001))

@@ -21,7 +21,12 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from moldau.client.consumer.records import CREATE_TIME, LOG_APPEND_TIME, ConsumerRecord
+from moldau.client.consumer.records import (
+    CREATE_TIME,
+    LOG_APPEND_TIME,
+    ConsumerRecord,
+    FetchedBatch,
+)
 from moldau.client.consumer.subscription_state import (
     OffsetResetStrategy,
     SubscriptionState,
@@ -69,8 +74,9 @@ _CONTROL_ABORT = 0
 class CompletedFetch:
     """One partition's data from one Fetch response, consumed batch by batch."""
 
-    __slots__ = ("aborted", "aborted_pids", "batch", "data", "error", "fetch_offset",
-                 "index", "next_fetch_offset", "pending_error", "pos", "records", "tp")
+    __slots__ = ("aborted", "aborted_pids", "batch", "batch_pos", "data", "error",
+                 "fetch_offset", "index", "next_fetch_offset", "pending_error", "pos", "records",
+                 "tp")
 
     def __init__(self, tp: TopicPartition, fetch_offset: int, data: bytes,
                  aborted: list[tuple[int, int]] | None = None,
@@ -85,6 +91,7 @@ class CompletedFetch:
         self.aborted = deque(sorted(aborted)) if aborted else None
         self.aborted_pids: set[int] = set()
         self.batch: Any = None  # header of the batch being returned
+        self.batch_pos = 0  # where that batch starts in `data`
         self.records: list[Any] = []
         self.index = 0
         # A record of the current batch that could not be deserialized: raised once the
@@ -263,7 +270,16 @@ class Fetcher:
     def collect(self) -> dict[TopicPartition, list[ConsumerRecord]]:
         """Up to max.poll.records buffered records. Raises a partition error only when no
         records were collected before it."""
-        out: dict[TopicPartition, list[ConsumerRecord]] = {}
+        return self._collect(self._take)
+
+    def collect_batches(self) -> dict[TopicPartition, list[FetchedBatch]]:
+        """Whole record batches holding up to about max.poll.records records (at least one
+        batch), undecoded; errors as for collect."""
+        return self._collect(self._take_batches)
+
+    def _collect(self, take: Callable[[CompletedFetch, int], tuple[list[Any], int]]
+                 ) -> dict[TopicPartition, list[Any]]:
+        out: dict[TopicPartition, list[Any]] = {}
         remaining = self.max_poll_records
         subscriptions = self.subscriptions
         while remaining > 0:
@@ -296,7 +312,7 @@ class Fetcher:
                     break
                 continue
             try:
-                records = self._take(cf, remaining)
+                records, taken = take(cf, remaining)
             except KafkaError as exc:
                 self._in_line = None
                 if not out:
@@ -311,7 +327,7 @@ class Fetcher:
                     state.position_epoch = cf.batch.partition_leader_epoch
             if records:
                 out.setdefault(cf.tp, []).extend(records)
-                remaining -= len(records)
+                remaining -= taken
             if cf.error is not None:
                 # _take stopped at a bad batch after returning records before it.
                 self._in_line = None
@@ -322,7 +338,7 @@ class Fetcher:
                 self._in_line = None
         return out
 
-    def _take(self, cf: CompletedFetch, limit: int) -> list[ConsumerRecord]:
+    def _take(self, cf: CompletedFetch, limit: int) -> tuple[list[ConsumerRecord], int]:
         out: list[ConsumerRecord] = []
         while len(out) < limit:
             if cf.index >= len(cf.records):
@@ -350,11 +366,60 @@ class Fetcher:
             out.extend(cf.records[cf.index:end])
             cf.index = end
             cf.next_fetch_offset = out[-1].offset + 1
-        return out
+        return out, len(out)
+
+    def _take_batches(self, cf: CompletedFetch, limit: int) -> tuple[list[FetchedBatch], int]:
+        out: list[FetchedBatch] = []
+        taken = 0
+        while taken < limit:
+            if cf.batch is not None:
+                if cf.index < len(cf.records):
+                    # poll() decoded this batch and returned part of it: the rest, whole.
+                    out.append(self._fetched(cf, cf.batch, cf.batch_pos))
+                    taken += len(cf.records) - cf.index
+                cf.records, cf.index = [], 0
+                cf.next_fetch_offset = max(cf.next_fetch_offset, cf.batch.next_offset)
+                cf.batch = None
+                continue
+            try:
+                found = self._next_data_batch(cf)
+            except KafkaError as exc:
+                if not out:
+                    raise
+                cf.error = exc
+                break
+            if found is None:
+                break
+            header, pos = found
+            out.append(self._fetched(cf, header, pos))
+            taken += header.record_count
+            cf.next_fetch_offset = max(cf.next_fetch_offset, header.next_offset)
+        return out, taken
+
+    def _fetched(self, cf: CompletedFetch, header: Any, pos: int) -> FetchedBatch:
+        if header.attributes & COMPRESSION_MASK or type(cf.data) is not bytes:
+            section = records_section(cf.data, header, pos)
+            start, end = 0, len(section)
+        else:
+            section, start, end = cf.data, pos + HEADER_SIZE, pos + header.size
+        return FetchedBatch(cf.tp.topic, cf.tp.partition, header, section, start, end,
+                            cf.next_fetch_offset)
 
     def _next_batch(self, cf: CompletedFetch) -> bool:
         """Decode the next batch that holds records to return into cf.records. False when
-        the data is used up (a trailing partial batch is ignored, as Kafka's is)."""
+        the data is used up."""
+        found = self._next_data_batch(cf)
+        if found is None:
+            return False
+        header, pos = found
+        cf.records = self._to_consumer_records(cf, header, cf.data, pos, header.size)
+        cf.batch, cf.batch_pos, cf.index = header, pos, 0
+        return True
+
+    def _next_data_batch(self, cf: CompletedFetch) -> tuple[Any, int] | None:
+        """The header and position of the next batch with records to return, moving past
+        control batches, aborted ones (read_committed) and those before the position; None
+        when the data is used up (a trailing partial batch is ignored, as Kafka's is)."""
         data = cf.data
         n = len(data)
         while n - cf.pos >= HEADER_SIZE:
@@ -386,12 +451,9 @@ class Fetcher:
             if header.is_control:
                 cf.next_fetch_offset = header.next_offset
                 continue
-            cf.records = self._to_consumer_records(cf, header, data, pos, size)
-            cf.batch = header
-            cf.index = 0
-            return True
+            return header, pos
         cf.pos = n
-        return False
+        return None
 
     def _skip_aborted(self, cf: CompletedFetch, header: Any, data: bytes, pos: int,
                       size: int) -> bool:

@@ -1,4 +1,5 @@
-"""What poll() returns: ConsumerRecord and the ConsumerRecords of one poll."""
+"""What poll() returns: ConsumerRecord and the ConsumerRecords of one poll; and what
+poll_batches() returns: FetchedBatch, a record batch left undecoded."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
 from moldau.client.types import TopicPartition
+from moldau.records.batch import BatchHeader
 
 CREATE_TIME = 0
 LOG_APPEND_TIME = 1
@@ -27,6 +29,22 @@ class ConsumerRecord(NamedTuple):
     @property
     def topic_partition(self) -> TopicPartition:
         return TopicPartition(self.topic, self.partition)
+
+
+class FetchedBatch(NamedTuple):
+    """One record batch as fetched, for callers that decode records themselves (in bulk,
+    into columns): its header and its records section, `records[start:end]`, decompressed.
+    Records before `first_offset` were returned before or lie before the position where
+    reading started; skip them. Control batches and, with read_committed, aborted ones are
+    never returned."""
+
+    topic: str
+    partition: int
+    header: BatchHeader
+    records: bytes
+    start: int
+    end: int
+    first_offset: int
 
 
 class ConsumerRecords:

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from moldau.client.admin.types import OffsetAndMetadata
 from moldau.client.consumer.consumer import AsyncConsumer, CommitCallback, OffsetAndTimestamp
-from moldau.client.consumer.records import ConsumerRecord, ConsumerRecords
+from moldau.client.consumer.records import ConsumerRecord, ConsumerRecords, FetchedBatch
 from moldau.client.errors import ClientClosedError, ConcurrentModificationError
 from moldau.client.loop_thread import LoopThread
 from moldau.client.serialization import Deserializer
@@ -175,6 +175,11 @@ class Consumer:
              ) -> ConsumerRecords:
         with self._use():
             return self._run(self._core.poll(timeout, max_records=max_records))
+
+    def poll_batches(self, timeout: float = 0.0, *, max_records: int | None = None
+                     ) -> list[FetchedBatch]:
+        with self._use():
+            return self._run(self._core.poll_batches(timeout, max_records=max_records))
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
         """Records one by one, polling as needed, until the consumer is closed."""

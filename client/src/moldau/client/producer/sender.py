@@ -32,9 +32,9 @@ from moldau.client.network import NetworkClient
 from moldau.client.producer.accumulator import RecordAccumulator
 from moldau.client.producer.batch import ProducerBatch
 from moldau.client.producer.transaction_manager import TransactionManager, TxnState
-from moldau.client.producer.txn_requests import TXN_V1_MAX, TxnRequests
+from moldau.client.producer.txn_requests import TxnRequests
 from moldau.client.types import TopicPartition
-from moldau.client.versions import ApiKey
+from moldau.client.versions import TXN_V1_MAX, ApiKey
 from moldau.errors import ErrorCode
 
 log = logging.getLogger("moldau.client.producer")

@@ -18,7 +18,12 @@ from moldau.client.producer.batch import Callback, RecordFuture
 from moldau.client.producer.partitioner import PartitionerFn
 from moldau.client.producer.producer import AsyncProducer, HeadersInput
 from moldau.client.serialization import Serializer
-from moldau.client.types import ConsumerGroupMetadata, RecordMetadata, TopicPartition
+from moldau.client.types import (
+    ConsumerGroupMetadata,
+    PreparedTransaction,
+    RecordMetadata,
+    TopicPartition,
+)
 
 
 class Producer:
@@ -84,6 +89,9 @@ class Producer:
 
     def commit_transaction(self, timeout: float | None = None) -> None:
         self._thread.run(self._core.commit_transaction(timeout))
+
+    def prepare_transaction(self, timeout: float | None = None) -> PreparedTransaction:
+        return self._thread.run(self._core.prepare_transaction(timeout))
 
     def abort_transaction(self, timeout: float | None = None) -> None:
         self._thread.run(self._core.abort_transaction(timeout))

@@ -17,6 +17,8 @@ With a transactional id it also holds the transaction's state, as Kafka's client
     UNINITIALIZED -> INITIALIZING -> READY -> IN_TRANSACTION,
     IN_TRANSACTION -> COMMITTING_TRANSACTION or ABORTING_TRANSACTION -> READY,
     IN_TRANSACTION or COMMITTING_TRANSACTION -> ABORTABLE_ERROR -> ABORTING_TRANSACTION,
+    IN_TRANSACTION -> PREPARED_TRANSACTION (flushed and left open for another process to
+    end: the producer's last state, in which closing does not abort),
     anything -> FATAL_ERROR (for good: every later call raises the error);
 
 and the partitions of the current transaction: a partition gets its first send queued as
@@ -60,6 +62,7 @@ class TxnState(Enum):
     COMMITTING_TRANSACTION = "COMMITTING_TRANSACTION"
     ABORTING_TRANSACTION = "ABORTING_TRANSACTION"
     ABORTABLE_ERROR = "ABORTABLE_ERROR"
+    PREPARED_TRANSACTION = "PREPARED_TRANSACTION"
     FATAL_ERROR = "FATAL_ERROR"
 
     def __str__(self) -> str:
@@ -77,6 +80,7 @@ _SOURCES: dict[TxnState, frozenset[TxnState]] = {
     _S.ABORTING_TRANSACTION: frozenset({_S.IN_TRANSACTION, _S.ABORTABLE_ERROR}),
     _S.ABORTABLE_ERROR: frozenset({_S.IN_TRANSACTION, _S.COMMITTING_TRANSACTION,
                                    _S.ABORTABLE_ERROR}),
+    _S.PREPARED_TRANSACTION: frozenset({_S.IN_TRANSACTION}),
 }
 
 # Errors that fence this producer: another one with the same transactional id took over.

@@ -1,5 +1,6 @@
 """The transaction methods of AsyncProducer: init_transactions, begin_transaction,
-send_offsets_to_transaction, commit_transaction and abort_transaction, as in Kafka's client.
+send_offsets_to_transaction, commit_transaction and abort_transaction, as in Kafka's client,
+and prepare_transaction, which leaves the transaction for another process to end.
 
 Each blocking call waits at most its timeout (max.block.ms by default). A call that times
 out goes on in the background, and calling the same method again waits for it, so a caller
@@ -24,7 +25,7 @@ from moldau.client.errors import (
 )
 from moldau.client.producer.transaction_manager import TransactionManager, TxnState
 from moldau.client.producer.txn_requests import TxnRequests
-from moldau.client.types import ConsumerGroupMetadata, TopicPartition
+from moldau.client.types import ConsumerGroupMetadata, PreparedTransaction, TopicPartition
 
 if TYPE_CHECKING:
     from moldau.client.producer.accumulator import RecordAccumulator
@@ -151,6 +152,31 @@ class TransactionMethods:
             tm.transition(TxnState.COMMITTING_TRANSACTION, "commit the transaction")
             return commit()
         await self._txn_call("commit_transaction", "EndTxn", start, timeout)
+
+    async def prepare_transaction(self, timeout: float | None = None) -> PreparedTransaction:
+        """Send every record of the transaction and leave it open, for another process to
+        commit or abort with `Admin.complete_transactions` (or for the coordinator to abort
+        after transaction.timeout.ms). The producer can only be closed afterwards, and
+        closing it does not abort the transaction. Raises TransactionAbortableError when a
+        record failed (abort and start again) and IllegalStateError when the transaction
+        has neither records nor offsets, so that there is nothing to end."""
+        tm, _ = self._txn()
+
+        async def prepare() -> PreparedTransaction:
+            await self.flush()
+            tm.raise_if_error("prepare the transaction")
+            if not tm.transaction_started:
+                raise IllegalStateError("Cannot prepare a transaction without records or "
+                                        "offsets")
+            tm.transition(TxnState.PREPARED_TRANSACTION, "prepare the transaction")
+            assert tm.transactional_id is not None
+            return PreparedTransaction(tm.transactional_id, tm.producer_id, tm.producer_epoch)
+
+        def start() -> Coroutine[Any, Any, PreparedTransaction]:
+            tm.check_in_transaction("prepare the transaction")
+            return prepare()
+        return await self._txn_call("prepare_transaction", "the transaction's records", start,
+                                    timeout)
 
     async def abort_transaction(self, timeout: float | None = None) -> None:
         """Abort the transaction: records not yet sent fail with TransactionAbortedError,

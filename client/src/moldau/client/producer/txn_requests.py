@@ -38,14 +38,11 @@ from moldau.client.errors import (
 from moldau.client.network import ExponentialBackoff, NetworkClient
 from moldau.client.producer.transaction_manager import FENCING_ERRORS, TransactionManager
 from moldau.client.types import ConsumerGroupMetadata, Node, TopicPartition
-from moldau.client.versions import ApiKey
+from moldau.client.versions import TXN_V1_MAX, ApiKey
 from moldau.errors import ErrorCode
 
 log = logging.getLogger("moldau.client.producer")
 
-# The last versions without KIP-890's transaction version 2 semantics.
-TXN_V1_MAX = {ApiKey.ADD_PARTITIONS_TO_TXN: 3, ApiKey.END_TXN: 4,
-              ApiKey.TXN_OFFSET_COMMIT: 4, ApiKey.PRODUCE: 11}
 
 # Retried where the coordinator is (after a backoff).
 _RETRY = frozenset({ErrorCode.coordinator_load_in_progress, ErrorCode.concurrent_transactions,
