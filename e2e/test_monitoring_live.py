@@ -19,9 +19,9 @@ from e2e.support import ck_producer, kp_admin, unique, wait_until
 from moldau.cluster.launcher import LocalCluster
 from monitoring.queries import (
     RULES_FILE,
+    broker_dashboards,
     iter_panel_queries,
     legend_labels,
-    load_dashboards,
     rule_expressions,
     substitute,
     variable_label_values,
@@ -125,13 +125,13 @@ def shortened_rules(directory: Path) -> Path:
     return path
 
 
-def dashboard_checks() -> dict[str, tuple[str, set[str]]]:
+def dashboard_checks(dashboards: dict[str, dict]) -> dict[str, tuple[str, set[str]]]:
     """Where -> (query as Grafana sends it with every variable at "All", labels each series
     must carry): each panel query with its legend's labels, each variable's selector with
     the label it lists (unless only Kubernetes' relabelling adds it)."""
     checks = {q.where: (substitute(q.expr), legend_labels(q.legend))
-              for q in iter_panel_queries()}
-    for name, dashboard in load_dashboards().items():
+              for q in iter_panel_queries(dashboards)}
+    for name, dashboard in dashboards.items():
         for variable, (selector, label) in variable_label_values(dashboard).items():
             wanted = {label} - KUBERNETES_LABELS if label else set()
             checks[f"{name}: variable {variable}"] = (substitute(selector), wanted)
@@ -197,7 +197,7 @@ def test_dashboards_and_alerts_against_a_live_cluster(cluster: LocalCluster,
                    "the load producing and committing")
 
         # Rates need two scrapes and lag a commit: poll until every query answers.
-        checks = dashboard_checks()
+        checks = dashboard_checks(broker_dashboards())
         problems: dict[str, str] = {}
 
         def dashboards_answer() -> bool:

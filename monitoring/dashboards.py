@@ -20,6 +20,8 @@ from pathlib import Path
 OUT_DIR = Path(__file__).resolve().parent / "dashboards"
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 SCOPE = 'namespace=~"$namespace",moldau_io_cluster=~"$cluster"'
+# The operator's series carry the namespace it runs in, not a cluster's.
+OPERATOR_SCOPE = 'namespace=~"$namespace"'
 RATE = "[$__rate_interval]"
 GRID_WIDTH = 24
 # Kafka's BrokerTopicMetrics counters, per topic and broker.
@@ -365,11 +367,71 @@ def kraft() -> dict:
                      variables, panels)
 
 
+def per_minute(counter: str, labels: str) -> str:
+    return f"sum by ({labels}) (rate({counter}{{{OPERATOR_SCOPE}}}{RATE})) * 60"
+
+
+def quantiles(histogram: str) -> list[Query]:
+    """The median and the 99th percentile of an operator histogram."""
+    return [Query(f"histogram_quantile({q}, sum by (le) (rate({histogram}_bucket"
+                  f"{{{OPERATOR_SCOPE}}}{RATE})))", f"p{int(q * 100)}")
+            for q in (0.5, 0.99)]
+
+
+def operator() -> dict:
+    """The operator's own metrics: it runs one replica at a time per namespace it is in."""
+    variables = [Variable("namespace", "Namespace", "moldau_operator_reconciles_total",
+                          "namespace")]
+    panels = [
+        stat("How many KafkaCluster reconciles failed in the last hour?",
+             f"sum(increase(moldau_operator_reconcile_errors_total{{{OPERATOR_SCOPE}}}[1h]))",
+             description="Specs that cannot run (InvalidSpec), objects the API server "
+                         "refused (ApplyFailed) and unexpected errors."),
+        stat("How many objects did the operator apply in the last hour?",
+             f"sum(increase(moldau_operator_applied_objects_total{{{OPERATOR_SCOPE}}}[1h]))",
+             [("blue", None)],
+             description="A settled cluster needs none: a steady count means something "
+                         "keeps changing."),
+        stat("How many Topic reconciles failed in the last hour?",
+             "sum(increase(moldau_operator_topic_reconciles_total"
+             f'{{{OPERATOR_SCOPE},outcome!="ready"}}[1h]))'),
+        Panel("How many KafkaCluster reconciles per minute, by outcome?", [
+            Query(per_minute("moldau_operator_reconciles_total", "outcome"), "{{outcome}}")],
+              unit="none", width=12),
+        Panel("How long does a KafkaCluster reconcile take?",
+              quantiles("moldau_operator_reconcile_duration_seconds"), unit="s",
+              thresholds=[("green", None), ("orange", 10), ("red", 60)], width=12),
+        Panel("Why do KafkaCluster reconciles fail?", [
+            Query("sum by (reason) (increase(moldau_operator_reconcile_errors_total"
+                  f"{{{OPERATOR_SCOPE}}}[1h]))", "{{reason}}")],
+              thresholds=OK_UNLESS_ANY),
+        Panel("Which objects does the operator apply, per minute?", [
+            Query(per_minute("moldau_operator_applied_objects_total", "kind"), "{{kind}}")]),
+        Panel("How many Topic reconciles per minute, by outcome?", [
+            Query(per_minute("moldau_operator_topic_reconciles_total", "outcome"),
+                  "{{outcome}}")]),
+        Panel("How long does a Topic resource wait for its reconcile?",
+              quantiles("moldau_operator_topic_reconcile_duration_seconds"), unit="s",
+              thresholds=[("green", None), ("orange", 10), ("red", 60)],
+              description="Topic resources are reconciled in batches: this is the time from "
+                          "a change to its batch's end."),
+        Panel("How many Topic resources go in one batch?",
+              quantiles("moldau_operator_topic_batch_size"), unit="none"),
+        Panel("How long does one batch of Topic resources take?",
+              quantiles("moldau_operator_topic_batch_duration_seconds"), unit="s",
+              thresholds=[("green", None), ("orange", 10), ("red", 60)]),
+    ]
+    return dashboard("moldau-operator", "Moldau / Operator",
+                     "What the operator reconciles, how long it takes and why it fails.",
+                     variables, panels)
+
+
 DASHBOARDS = {
     "moldau-cluster.json": cluster_overview,
     "moldau-topics.json": topics,
     "moldau-consumer-lag.json": consumer_lag,
     "moldau-kraft.json": kraft,
+    "moldau-operator.json": operator,
 }
 
 

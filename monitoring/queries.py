@@ -49,9 +49,18 @@ class PanelQuery:
         return f"{self.dashboard}: '{self.panel}' query {self.ref_id}"
 
 
+# The dashboard of the operator's own metrics; the others read the brokers'.
+OPERATOR_DASHBOARD = "moldau-operator.json"
+
+
 def load_dashboards() -> dict[str, dict]:
     return {path.name: json.loads(path.read_text())
             for path in sorted(DASHBOARD_DIR.glob("*.json"))}
+
+
+def broker_dashboards() -> dict[str, dict]:
+    return {name: dashboard for name, dashboard in load_dashboards().items()
+            if name != OPERATOR_DASHBOARD}
 
 
 def iter_panels(dashboard: dict) -> Iterator[dict]:

@@ -7,6 +7,7 @@ once the KafkaCluster is deleted."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Iterator
@@ -33,8 +34,10 @@ from e2e.support import (
     unique,
     with_offsets,
 )
+from e2e.test_monitoring_live import dashboard_checks, unmet
 from moldau.client import Admin
 from moldau.client.admin import ConfigResource, ConfigSource
+from monitoring.queries import OPERATOR_DASHBOARD, load_dashboards
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(1800)]
 
@@ -268,3 +271,27 @@ def test_the_finalizer_is_released_when_the_kafkacluster_is_deleted(
     print(f"Topic deleted after its KafkaCluster: released in "
           f"{time.monotonic() - started:.1f} s")
     assert "FinalizerReleased" in events_of(kube, namespace, "last")
+
+
+def test_the_operator_dashboard_answers(kube: Cluster, namespace: str, storage_class: str,
+                                        operator: OperatorProcess, prometheus_factory) -> None:
+    """monitoring/dashboards/moldau-operator.json against a real Prometheus scraping this
+    operator after the work above (and a spec it must refuse, which its errors panels count):
+    every panel and variable query answers, with its legend's labels."""
+    kube.apply(json.dumps(cluster_manifest("typo", storage_class,
+                                           config={"num.partiton": "3"})), namespace)
+    poll(lambda: status(kube, namespace, "typo").get("phase") == "Failed", 60,
+         "the bad spec to be refused")
+    kube.kubectl("-n", namespace, "delete", "kafkacluster", "typo", "--wait=true")
+    prom = prometheus_factory([f"127.0.0.1:{operator.port}"])
+    checks = dashboard_checks({OPERATOR_DASHBOARD: load_dashboards()[OPERATOR_DASHBOARD]})
+    problems: dict[str, str] = {}
+
+    def answered() -> bool:
+        problems.clear()
+        problems.update(unmet(prom, checks))
+        return not problems
+
+    with contextlib.suppress(AssertionError):
+        poll(answered, 120, "every operator dashboard query answering", interval=2.0)
+    assert problems == {}

@@ -13,6 +13,7 @@ from grafana_foundation_sdk.models.dashboard import Dashboard
 
 from monitoring import dashboards as generator
 from monitoring.queries import (
+    OPERATOR_DASHBOARD,
     iter_panel_queries,
     iter_panels,
     kept_labels,
@@ -63,7 +64,7 @@ def through_sdk(dashboard: dict) -> dict:
 def test_there_is_a_dashboard_for_each_area():
     titles = {d["title"] for d in DASHBOARDS.values()}
     assert titles == {"Moldau / Cluster overview", "Moldau / Topics", "Moldau / Consumer lag",
-                      "Moldau / KRaft quorum"}
+                      "Moldau / KRaft quorum", "Moldau / Operator"}
 
 
 @pytest.mark.parametrize("name", sorted(generator.DASHBOARDS))
@@ -135,12 +136,16 @@ def test_scope_variables_default_to_everything_even_unlabelled_series(name):
         if var["type"] == "query":
             assert var["includeAll"] and var["allValue"] == ".*", var["name"]
             assert var["current"]["value"] == ["$__all"], var["name"]
-    assert {"namespace", "cluster"} <= set(variables)
+    # The operator's series name the namespace it runs in, not a cluster.
+    wanted = {"namespace"} if name == OPERATOR_DASHBOARD else {"namespace", "cluster"}
+    assert wanted <= set(variables)
 
 
 def test_every_query_selects_on_namespace_and_cluster():
     for query in iter_panel_queries(DASHBOARDS):
-        for matcher in SCOPE_MATCHERS:
+        matchers = SCOPE_MATCHERS[:1] if query.dashboard == OPERATOR_DASHBOARD \
+            else SCOPE_MATCHERS
+        for matcher in matchers:
             assert matcher in query.expr, f"{query.where} lacks {matcher}"
 
 

@@ -1,5 +1,6 @@
 """The metric names the dashboards and rules read are the ones monitoring/README.md lists,
-so whoever changes the brokers' /metrics endpoint can see what depends on each name."""
+so whoever changes the brokers' or the operator's /metrics endpoint can see what depends on
+each name."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import re
 
 from monitoring.queries import MONITORING_DIR, iter_panel_queries, rule_expressions
 
-# Names the brokers export: Kafka's (kafka_*) and Moldau's own (moldau_*).
+# Names the brokers and the operator export: Kafka's (kafka_*) and Moldau's own (moldau_*).
 EXPORTED = re.compile(r"\b(?:kafka|moldau)_[a-z0-9_]+\b")
 LABELS = {"moldau_io_cluster"}
 CODE_SPAN = re.compile(r"`([^`]+)`")
