@@ -1,6 +1,6 @@
 """Run one fuzz target under atheris (libFuzzer):
 
-    python -m fuzz TARGET [--runs N] [--rss-limit-mb MB] [--timeout S] [-- libFuzzer flags]
+    python -m fuzz TARGET [--runs N] [--rss-limit-mb MB] [--timeout S] [libFuzzer flags]
 
 New inputs go to a work directory (build/fuzz/TARGET, or --workdir); the stored corpus and
 the regression inputs of the target are read as seeds and never written. A finding (an
@@ -44,14 +44,15 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--timeout", type=int, default=10,
                         help="seconds one input may take before it counts as a hang")
     parser.add_argument("--workdir", type=Path, help="where new inputs and findings go")
-    parser.add_argument("libfuzzer", nargs="*", help="more libFuzzer flags, after --")
-    options = parser.parse_args(argv)
+    # Anything else (-max_total_time=60, -seed=1, ...) goes to libFuzzer as it is.
+    options, libfuzzer = parser.parse_known_args(argv)
+    libfuzzer = [arg for arg in libfuzzer if arg != "--"]
     workdir = options.workdir or DEFAULT_WORKDIR / options.target
     with atheris.instrument_imports(include=["moldau"]):
         from fuzz.targets import load
         module = load(options.target)
     args = libfuzzer_args(options.target, workdir, options.runs, options.rss_limit_mb,
-                          options.timeout, options.libfuzzer)
+                          options.timeout, libfuzzer)
     atheris.Setup([sys.argv[0], *args], module.check)
     atheris.Fuzz()
 

@@ -6,7 +6,8 @@
   sent, so every version is seeded.
 - batches: each partition's records of every Produce request (grouped as above, and by
   idempotence), and the control batches (transaction markers) the broker served in Fetch
-  responses, each behind the mode byte of deep validation on the newest Produce version.
+  responses, each behind the mode byte of deep validation on the newest Produce version
+  with CRCs resealed (batches.py).
 - sasl: each SASL exchange (mechanism, handshake version, tokens); a SCRAM client-final
   message gets the harness's fixed server nonce in place of the one the broker chose.
 """
@@ -44,7 +45,8 @@ PRODUCE, FETCH, SASL_HANDSHAKE, SASL_AUTHENTICATE = 0, 1, 17, 36
 PER_GROUP = 2
 MAX_FRAME_BYTES = 32 * 1024
 MAX_CONTROL_BATCHES = 8
-BATCH_MODE = batches_target.DEEP  # deep validation, Produce v12
+# Deep validation on Produce v12, CRCs resealed after each mutation.
+BATCH_MODE = batches_target.DEEP | batches_target.RESEAL
 
 
 class Seeds:

@@ -10,7 +10,8 @@ the topic and the caller, so one corpus covers every branch of the validator:
     bit 3     deep validation (value and header lengths too)
     bits 4-5  Produce v12, v3 (no zstd), v7, or no Produce at all (the group coordinator's
               writes: several batches, no sequence needed)
-    bit 6     max.message.bytes of 1 KiB (else Kafka's default)
+    bit 6     reseal: the harness gives every whole batch its correct CRC first, so that
+              mutations get past the CRC check into decompression and the records
     bit 7     the producer is known: its last batch ended just before this one's first
               sequence (else the partition has never seen it)
 
@@ -37,22 +38,31 @@ from moldau.broker.log.producer_state import ProducerStateManager
 from moldau.broker.log.validation import validate_records
 from moldau.config import LONG_MAX
 from moldau.errors import KafkaError
-from moldau.records.batch import BatchHeader, compute_crc
+from moldau.records.batch import (
+    CRC_OFFSET,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    BatchHeader,
+    compute_crc,
+)
 from moldau.records.codec import decode_records, iter_batches
 from moldau.records.control import read_end_txn_marker
 
 COMPACT, LOG_APPEND_TIME, BEFORE_MAX, DEEP = 0x01, 0x02, 0x04, 0x08
 CALLER_SHIFT, CALLER_MASK = 4, 0x03
-SMALL_MESSAGES = 0x40
+RESEAL = 0x40
 KNOWN_PRODUCER = 0x80
 PRODUCE_VERSIONS = (12, 3, 7, None)
 
 _BASE_TIMESTAMP = struct.Struct(">q")
+_LENGTH = struct.Struct(">i")
+_CRC = struct.Struct(">I")
 _BASE_TIMESTAMP_OFFSET = 27
 # A fixed clock for inputs too short to carry a timestamp: 2024-06-01T00:00:00Z.
 _DEFAULT_NOW_MS = 1_717_200_000_000
 _HOUR_MS = 3_600_000
-_SMALL_MAX_MESSAGE_BYTES = 1024
+# Small enough that inputs of a few KiB meet MESSAGE_TOO_LARGE too.
+_MAX_MESSAGE_BYTES = 2048
 
 # Producer state is only read from memory here; the directory is never written.
 _STATE_DIR = tempfile.gettempdir()
@@ -72,8 +82,19 @@ def topic_config(mode: int) -> LogConfig:
         cleanup_policy=("compact",) if mode & COMPACT else ("delete",),
         message_timestamp_type="LogAppendTime" if mode & LOG_APPEND_TIME else "CreateTime",
         message_timestamp_before_max_ms=_HOUR_MS if mode & BEFORE_MAX else LONG_MAX,
-        max_message_bytes=(_SMALL_MAX_MESSAGE_BYTES if mode & SMALL_MESSAGES
-                           else LogConfig.max_message_bytes))
+        max_message_bytes=_MAX_MESSAGE_BYTES)
+
+
+def reseal(buf: bytearray) -> None:
+    """Give each whole batch in `buf` the CRC its bytes have (a producer's last step)."""
+    pos = 0
+    while pos + HEADER_SIZE <= len(buf):
+        (batch_length,) = _LENGTH.unpack_from(buf, pos + 8)
+        size = batch_length + LOG_OVERHEAD
+        if size < HEADER_SIZE or pos + size > len(buf):
+            return
+        _CRC.pack_into(buf, pos + CRC_OFFSET, compute_crc(buf, pos, size))
+        pos += size
 
 
 def validate_produced(buf: bytearray, config: LogConfig, *, now_ms: int,
@@ -111,6 +132,9 @@ def check(data: bytes) -> None:
     config = topic_config(mode)
     deep = bool(mode & DEEP)
     buf = bytearray(records)
+    if mode & RESEAL:
+        reseal(buf)
+        records = bytes(buf)
     try:
         headers = validate_produced(buf, config, now_ms=clock_for(buf), deep=deep,
                                     produce_version=PRODUCE_VERSIONS[
