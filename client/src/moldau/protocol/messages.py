@@ -17,6 +17,7 @@ from kio.index import load_payload_module
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
+from moldau.protocol.bounds import check_array_lengths
 from moldau.protocol.build import null_field
 
 log = logging.getLogger("moldau.protocol")
@@ -120,6 +121,11 @@ def parse_header(frame: bytes | memoryview, flexible: bool) -> RequestHeader:
 
 def decode_request(api_key: int, version: int, frame: bytes | memoryview, offset: int) -> Any:
     """Decode a request body with kio; any failure is a malformed request."""
+    try:
+        # Before kio reads: its reader reserves memory for an array's claimed length first.
+        check_array_lengths(request_class(api_key, version), frame, offset)
+    except ValueError as exc:
+        raise MalformedRequest(f"cannot decode {api_key} v{version}: {exc}") from None
     try:
         body, size = _reader(api_key, version)(frame, offset)
     except Exception as exc:  # the native reader raises several types
