@@ -46,10 +46,11 @@ def check_array_lengths(cls: type, data: bytes | memoryview, offset: int) -> Non
     _entity_step(cls)(data, offset)
 
 
-def _uvarint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
+def read_uvarint(data: bytes | memoryview, pos: int, max_shift: int = 63) -> tuple[int, int]:
+    """An unsigned varint at `pos` and the position after it (max_shift 28: 32 bits)."""
     value = shift = 0
     while True:
-        if pos >= len(data) or shift > 63:
+        if pos >= len(data) or shift > max_shift:
             raise Truncated("bad unsigned varint")
         byte = data[pos]
         pos += 1
@@ -80,7 +81,7 @@ def _fixed(size: int) -> Step:
 
 
 def _compact_sized(data: bytes | memoryview, pos: int) -> int:
-    n, pos = _uvarint(data, pos)
+    n, pos = read_uvarint(data, pos)
     return _sized(n - 1, pos, data)
 
 
@@ -95,7 +96,7 @@ def _legacy_bytes(data: bytes | memoryview, pos: int) -> int:
 def _array(element: Step, flexible: bool, element_size: int | None) -> Step:
     def step(data: bytes | memoryview, pos: int) -> int:
         if flexible:
-            n, pos = _uvarint(data, pos)
+            n, pos = read_uvarint(data, pos)
             n -= 1  # 0 is null
         else:
             n = _unpack(_INT32, data, pos)
@@ -182,10 +183,10 @@ def _entity_layout(cls: type) -> tuple[Step, int | None]:
         if flexible:
             if pos < len(data) and data[pos] == 0:  # no tagged fields: the usual case
                 return pos + 1
-            count, pos = _uvarint(data, pos)
+            count, pos = read_uvarint(data, pos)
             for _ in range(count):
-                tag, pos = _uvarint(data, pos)
-                size, pos = _uvarint(data, pos)
+                tag, pos = read_uvarint(data, pos)
+                size, pos = read_uvarint(data, pos)
                 end = _sized(size, pos, data)
                 known = tagged.get(tag)
                 if known is not None:
