@@ -142,3 +142,23 @@ CHAOS_FIRST_SEED ?= 1
 chaos: install
 	CHAOS_SCHEDULES=$(CHAOS_SCHEDULES) CHAOS_FIRST_SEED=$(CHAOS_FIRST_SEED) \
 		$(BIN)/pytest -m chaos e2e/chaos/test_chaos.py
+
+## Soak the protocol fuzz targets (fuzz/, atheris): FUZZ_RUNS inputs per target under RSS and
+## per-input time limits, new inputs kept under build/fuzz/; each prints libFuzzer's final
+## stats (runs, seconds, exec/s, peak RSS). A finding stops it (see docs/chaos.md).
+FUZZ_RUNS ?= 1000000
+FUZZ_TARGETS ?= frames batches sasl
+FUZZ_RSS_LIMIT_MB ?= 2048
+FUZZ_TIMEOUT_S ?= 10
+.PHONY: fuzz fuzz-corpus
+fuzz: install
+	@for target in $(FUZZ_TARGETS); do \
+		echo "== fuzz $$target: $(FUZZ_RUNS) inputs"; \
+		$(BIN)/python -m fuzz $$target --runs $(FUZZ_RUNS) \
+			--rss-limit-mb $(FUZZ_RSS_LIMIT_MB) --timeout $(FUZZ_TIMEOUT_S) $(FUZZ_ARGS) \
+			|| exit 1; \
+	done
+
+## Regenerate the seed corpus (fuzz/corpus/) from real clients' traffic to a broker.
+fuzz-corpus: install kafka-deps
+	$(BIN)/python -m fuzz.capture

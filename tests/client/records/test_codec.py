@@ -313,6 +313,19 @@ def test_decode_rejects_inconsistent_record_lengths() -> None:
 # --- scanning -------------------------------------------------------------------------------
 
 
+def test_header_keys_that_are_not_utf8_decode_as_java_does() -> None:
+    """Kafka stores header keys unchecked and Java's consumer reads malformed UTF-8 as
+    U+FFFD; a batch the broker accepted must read here too (a fuzz finding)."""
+    data = build_batch([(b"k", b"v", [("h\u00e9", b"x")], T0)])
+    at = data.index("h\u00e9".encode())
+    broken = bytearray(data)
+    broken[at + 1] = 0xF5  # never valid in UTF-8
+    struct.pack_into(">I", broken, 17, compute_crc(broken, 0, len(broken)))
+    (record,) = decode_records(bytes(broken), verify_crc=True)
+    assert record.headers == [("h\ufffd\ufffd", b"x")]
+    assert scan_records(bytes(broken), HEADER_SIZE, len(broken), 1, deep=True).count == 1
+
+
 def test_scan_matches_decode() -> None:
     data = build_batch(SAMPLE)
     scan = scan_records(data, HEADER_SIZE, len(data), len(SAMPLE), need_keys=True)

@@ -17,6 +17,7 @@ from kio.index import load_payload_module
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
+from moldau.protocol.bounds import check_array_lengths, read_uvarint
 from moldau.protocol.build import null_field
 
 log = logging.getLogger("moldau.protocol")
@@ -69,27 +70,17 @@ def is_flexible_request(api_key: int, version: int) -> bool:
 
 
 def _skip_tagged_fields(frame: bytes | memoryview, pos: int) -> int:
-    count, pos = read_uvarint(frame, pos)
-    for _ in range(count):
-        _tag, pos = read_uvarint(frame, pos)
-        size, pos = read_uvarint(frame, pos)
-        pos += size
+    try:
+        count, pos = read_uvarint(frame, pos, max_shift=28)
+        for _ in range(count):
+            _tag, pos = read_uvarint(frame, pos, max_shift=28)
+            size, pos = read_uvarint(frame, pos, max_shift=28)
+            pos += size
+    except ValueError as exc:
+        raise MalformedRequest(f"bad tagged fields in the header: {exc}") from None
     if pos > len(frame):
         raise MalformedRequest("tagged fields run past the end of the frame")
     return pos
-
-
-def read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if pos >= len(buf) or shift > 28:
-            raise MalformedRequest("bad unsigned varint")
-        byte = buf[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
 
 
 def parse_header_prefix(frame: bytes | memoryview) -> tuple[int, int, int]:
@@ -120,6 +111,11 @@ def parse_header(frame: bytes | memoryview, flexible: bool) -> RequestHeader:
 
 def decode_request(api_key: int, version: int, frame: bytes | memoryview, offset: int) -> Any:
     """Decode a request body with kio; any failure is a malformed request."""
+    try:
+        # Before kio reads: its reader reserves memory for an array's claimed length first.
+        check_array_lengths(request_class(api_key, version), frame, offset)
+    except ValueError as exc:
+        raise MalformedRequest(f"cannot decode {api_key} v{version}: {exc}") from None
     try:
         body, size = _reader(api_key, version)(frame, offset)
     except Exception as exc:  # the native reader raises several types

@@ -500,7 +500,9 @@ def decode_headers(data: bytes, p: int, rec_end: int,
         n, p = read_varint(data, p, 5)
         if n < 0:
             raise _invalid(f"Invalid header key length {n}")
-        hkey = data[p:p + n].decode()
+        # Bytes that are not UTF-8 become U+FFFD, as Java's String decoding makes them: Kafka
+        # (and so Moldau) stores header keys unchecked, and its consumers read them this way.
+        hkey = data[p:p + n].decode("utf-8", "replace")
         p += n
         n, p = read_varint(data, p, 5)
         if n >= 0:

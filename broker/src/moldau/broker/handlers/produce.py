@@ -28,27 +28,49 @@ if TYPE_CHECKING:
 def decode_legacy_produce(version: int, frame: bytes, pos: int) -> list[tuple[str, list[int]]]:
     """Produce v0-2 (message format v0/v1, removed in Kafka 4): only the topic-partitions
     are read, to answer each with UNSUPPORTED_VERSION. Kafka 4 still advertises these
-    versions because some librdkafka releases need to see them."""
+    versions because some librdkafka releases need to see them.
+
+    Every length is checked against the frame as Kafka's parser checks it: a negative topic
+    name length or count, or a field past the end, is a malformed request (a negative name
+    length once made this loop stand still for up to 2**31 topics).
+    """
     try:
         pos += 6  # acks int16, timeout int32
-        (topic_count,) = struct.unpack_from(">i", frame, pos)
-        pos += 4
+        topic_count, pos = _legacy_count(frame, pos, "topic")
         topics = []
         for _ in range(topic_count):
             (length,) = struct.unpack_from(">h", frame, pos)
-            name = frame[pos + 2:pos + 2 + length].decode()
-            pos += 2 + length
-            (partition_count,) = struct.unpack_from(">i", frame, pos)
-            pos += 4
+            pos += 2
+            if length < 0 or pos + length > len(frame):
+                raise MalformedRequest(f"malformed Produce v{version}: topic name length "
+                                       f"{length} at byte {pos - 2}")
+            name = frame[pos:pos + length].decode()
+            pos += length
+            partition_count, pos = _legacy_count(frame, pos, "partition")
             partitions = []
             for _ in range(partition_count):
                 index, size = struct.unpack_from(">ii", frame, pos)
+                pos += 8
+                if size < -1 or pos + size > len(frame):  # -1: null records
+                    raise MalformedRequest(f"malformed Produce v{version}: records size "
+                                           f"{size} at byte {pos - 4}")
                 partitions.append(index)
-                pos += 8 + max(size, 0)
+                pos += max(size, 0)
             topics.append((name, partitions))
     except (struct.error, UnicodeDecodeError) as exc:
         raise MalformedRequest(f"malformed Produce v{version}: {exc}") from None
     return topics
+
+
+def _legacy_count(frame: bytes, pos: int, what: str) -> tuple[int, int]:
+    """An array length: never negative (these arrays are not nullable), and no larger than
+    the bytes left could hold (each element takes at least 6)."""
+    (count,) = struct.unpack_from(">i", frame, pos)
+    pos += 4
+    if count < 0 or count * 6 > len(frame) - pos:
+        raise MalformedRequest(f"malformed Produce request: {what} count {count} at byte "
+                               f"{pos - 4}")
+    return count, pos
 
 
 def _legacy_response(request: Request, topics: list[tuple[str, list[int]]]) -> Response:
