@@ -203,3 +203,32 @@ def test_moldau_client_with_a_client_certificate(requested: TlsBed) -> None:
         assert producer.send(topic, b"over tls").get(30).offset == 0
     with Admin(config) as admin:
         assert topic in admin.list_topics(timeout=30)
+
+
+def _client_hello(context: ssl.SSLContext) -> bytes:
+    """The first flight of a real TLS client."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    client = context.wrap_bio(incoming, outgoing, server_hostname="localhost")
+    with pytest.raises(ssl.SSLWantReadError):
+        client.do_handshake()
+    return outgoing.read()
+
+
+def test_a_client_gone_during_the_handshake_is_no_failed_authentication(
+        requested: TlsBed) -> None:
+    """A connection closed before or during the handshake is a disconnect, as in Kafka: no
+    `Failed authentication` line, nothing counted. Plaintext to the port still is one."""
+    broker = requested.broker
+    log_lines = lambda: broker.stderr_path.read_text().count("Failed authentication")  # noqa: E731
+    before = log_lines()
+    hello = _client_hello(requested.client_context())
+    for payload in (b"", hello[:40], hello):
+        with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as sock:
+            sock.sendall(payload)
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as sock:
+        sock.sendall(_api_versions_frame())
+        _read_until_closed(sock)
+    # The plaintext probe came last: once its line is there, the others were handled.
+    wait_until(lambda: log_lines() > before, 20, "the plaintext probe's refusal")
+    assert log_lines() == before + 1
+    _handshake(broker, requested.client_context(), then_read=True).close()

@@ -86,7 +86,14 @@ class SocketServer:
                 await writer.start_tls(tls.context())
             ssl_object = writer.get_extra_info("ssl_object")
             principal = mapper.principal_of_certificate(ssl_object.getpeercert(True))
-        except (ssl.SSLError, ConnectionError, TimeoutError, NoMatchingRule, OSError) as exc:
+        except (ConnectionError, ssl.SSLEOFError) as exc:
+            # The client went away during the handshake: a disconnect, as Kafka's SSL
+            # transport layer takes it, not a failed authentication.
+            log.debug("Connection from %s on listener %s closed during the TLS handshake "
+                      "(%s)", peer, listener, type(exc).__name__)
+            writer.close()
+            return None
+        except (ssl.SSLError, TimeoutError, NoMatchingRule, OSError) as exc:
             reason = (getattr(exc, "verify_message", None) or getattr(exc, "reason", None)
                       or str(exc) or type(exc).__name__)
             if isinstance(exc, TimeoutError):
