@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from e2e.chaos import disks, tools
+from e2e.chaos.disks import NodeDisk
 from e2e.chaos.net import TestNetwork, namespaces_supported
 from e2e.chaos.schedule import replay_command
 from e2e.conftest import FAST_FAILOVER
@@ -23,6 +25,7 @@ CHAOS_SETTINGS = {**FAST_FAILOVER, "min.insync.replicas": 2, "default.replicatio
 @pytest.fixture
 def chaos_net() -> Iterator[TestNetwork]:
     """Three namespaces on a bridge; removed afterwards, whatever happened."""
+    tools.require(tools.NETWORK)
     problem = namespaces_supported()
     if problem is not None:
         pytest.skip(f"the fault-injection suite needs network namespaces: {problem}")
@@ -31,9 +34,29 @@ def chaos_net() -> Iterator[TestNetwork]:
 
 
 @pytest.fixture
-def chaos_cluster(tmp_path: Path, chaos_net: TestNetwork) -> Iterator[LocalCluster]:
-    """Three broker+controller nodes, node i at chaos_net.node(i).address."""
-    cluster = LocalCluster(tmp_path / "cluster", brokers=3, base_port=BASE_PORT,
+def chaos_disks(tmp_path: Path, chaos_net: TestNetwork) -> Iterator[dict[int, NodeDisk]]:
+    """Node i's data directory on a disk of its own that a power cut can drop (disks.py)."""
+    tools.require(tools.DISKS)
+    disks.remove_stale()
+    made = disks.node_disks(tmp_path, {i: cluster_dir(tmp_path) / f"node-{i}" / "data"
+                                       for i in (1, 2, 3)}, chaos_net.run_id)
+    try:
+        yield made
+    finally:
+        for disk in made.values():
+            disk.remove()
+
+
+def cluster_dir(tmp_path: Path) -> Path:
+    return tmp_path / "cluster"
+
+
+@pytest.fixture
+def chaos_cluster(tmp_path: Path, chaos_net: TestNetwork,
+                  chaos_disks: dict[int, NodeDisk]) -> Iterator[LocalCluster]:
+    """Three broker+controller nodes, node i at chaos_net.node(i).address, its data on
+    chaos_disks[i]."""
+    cluster = LocalCluster(cluster_dir(tmp_path), brokers=3, base_port=BASE_PORT,
                            overrides=CHAOS_SETTINGS, hosts=chaos_net.hosts,
                            command_prefixes=chaos_net.command_prefixes)
     cluster.start(timeout=START_TIMEOUT)
