@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from e2e.chaos import disks, tools
+from e2e.chaos import clocks, disks, tools
+from e2e.chaos.clocks import NodeClocks
 from e2e.chaos.disks import NodeDisk
 from e2e.chaos.net import TestNetwork, namespaces_supported
 from e2e.chaos.schedule import replay_command
@@ -19,7 +20,9 @@ from moldau.cluster.launcher import LocalCluster
 BASE_PORT = 9092  # every node has its own address, so all use the same ports
 START_TIMEOUT = 90.0
 # The faults must be noticed within a schedule's few seconds: Kafka's settings, shorter.
-CHAOS_SETTINGS = {**FAST_FAILOVER, "min.insync.replicas": 2, "default.replication.factor": 3}
+CHAOS_SETTINGS = {**FAST_FAILOVER, "min.insync.replicas": 2, "default.replication.factor": 3,
+                  # Retention runs every few seconds, so a clock jump's effect on it shows.
+                  "log.retention.check.interval.ms": 2000}
 
 
 @pytest.fixture
@@ -51,14 +54,28 @@ def cluster_dir(tmp_path: Path) -> Path:
     return tmp_path / "cluster"
 
 
+@pytest.fixture(scope="session")
+def clock_library(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """clockshift.c, compiled once per session (clocks.py)."""
+    tools.require(tools.CLOCK)
+    return clocks.build(tmp_path_factory.mktemp("clockshift"))
+
+
 @pytest.fixture
-def chaos_cluster(tmp_path: Path, chaos_net: TestNetwork,
-                  chaos_disks: dict[int, NodeDisk]) -> Iterator[LocalCluster]:
+def chaos_clocks(tmp_path: Path, clock_library: Path) -> NodeClocks:
+    """Each node's wall-clock offset, zero until a test or a fault moves it."""
+    return NodeClocks(clock_library, tmp_path)
+
+
+@pytest.fixture
+def chaos_cluster(tmp_path: Path, chaos_net: TestNetwork, chaos_disks: dict[int, NodeDisk],
+                  chaos_clocks: NodeClocks) -> Iterator[LocalCluster]:
     """Three broker+controller nodes, node i at chaos_net.node(i).address, its data on
-    chaos_disks[i]."""
+    chaos_disks[i], its wall clock shifted by chaos_clocks."""
+    prefixes = [[*chaos_net.node(i).exec_prefix, *chaos_clocks.prefix(i)] for i in (1, 2, 3)]
     cluster = LocalCluster(cluster_dir(tmp_path), brokers=3, base_port=BASE_PORT,
                            overrides=CHAOS_SETTINGS, hosts=chaos_net.hosts,
-                           command_prefixes=chaos_net.command_prefixes)
+                           command_prefixes=prefixes)
     cluster.start(timeout=START_TIMEOUT)
     try:
         yield cluster

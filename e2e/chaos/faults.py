@@ -10,7 +10,9 @@ directions between the groups; `all_apart`, `bridge` and `ring` are Jepsen's oth
 root namespace (the test's clients) is never cut off.
 
 Process faults: `pause` (SIGSTOP until healed with SIGCONT), `crash` (kill -9; healing starts
-the node again with its data). `netem` adds delay with tc, where the kernel has sch_netem.
+the node again with its data), `crash_losing_unsynced` (a power cut: the node's disk keeps
+only what had reached it, disks.py), `clock_jump` (the node's wall clock steps, clocks.py).
+`netem` adds delay with tc, where the kernel has sch_netem.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from e2e.chaos.clocks import NodeClocks
 from e2e.chaos.disks import NodeDisk
 from e2e.chaos.net import TestNetwork, run
 from moldau.cluster.launcher import LocalCluster
@@ -65,6 +68,7 @@ class Faults:
     network: TestNetwork
     echo: Callable[[str], None] | None = print
     disks: dict[int, NodeDisk] = field(default_factory=dict)  # for crash_losing_unsynced
+    clocks: NodeClocks | None = None  # for clock_jump
     events: list[Event] = field(default_factory=list)
     lost_bytes: dict[int, int] = field(default_factory=dict)  # by power cuts, per node
     active: list[Fault] = field(default_factory=list)
@@ -249,6 +253,15 @@ class Faults:
         self.lost_bytes[node_id] = self.lost_bytes.get(node_id, 0) + lost
         return self._started(f"crash node {node_id} losing unsynced writes ({lost} of "
                              f"{before} bytes){why}", lambda: self._start(node_id))
+
+    def clock_jump(self, node_id: int, seconds: float, why: str = "") -> Fault:
+        """Step the node's wall clock by `seconds` (back when negative); healing steps it back
+        to the real time. Its monotonic clock does not move (clocks.py)."""
+        assert self.clocks is not None, "clock jumps need the nodes started with NodeClocks"
+        before = self.clocks.offsets.get(node_id, 0.0)
+        self.clocks.set(node_id, before + seconds)
+        return self._started(f"clock of node {node_id} {seconds:+g} s{why}",
+                             lambda: self.clocks.set(node_id, before))  # type: ignore[union-attr]
 
     def _start(self, node_id: int) -> None:
         if not self.cluster.node(node_id).alive:

@@ -18,10 +18,13 @@ from moldau.cluster.probe import ProbeError
 
 KINDS = ("isolate-leader", "isolate-controller", "split", "one-way", "all-apart", "bridge",
          "ring", "loss", "pause-leader", "pause-controller", "crash-leader",
-         "crash-controller", "power-cut-leader")
+         "crash-controller", "power-cut-leader", "clock-jump")
 STEPS = 3
 OVERLAP_CHANCE = 0.3  # of a step holding a second fault at the same time
 LOSS_PERCENTS = (10, 30, 60)
+# Wall-clock steps in seconds: minutes and hours, both ways (two hours back puts producers'
+# timestamps past message.timestamp.after.max.ms, so that leader refuses them, as Kafka's).
+CLOCK_JUMPS = (300, 3600, 6 * 3600, -300, -3000, -7200)
 SESSION_TIMEOUT = 3.0  # broker.session.timeout.ms of the chaos cluster, in seconds
 
 
@@ -137,6 +140,8 @@ def inject(kind: str, pick: int, faults: Faults, topic: str, partitions: int) ->
         return faults.crash(leader, of_leader)
     if kind == "crash-controller":
         return faults.crash(controller, " (active controller)")
+    if kind == "clock-jump":
+        return faults.clock_jump(chosen, CLOCK_JUMPS[pick % len(CLOCK_JUMPS)])
     if kind == "power-cut-leader":
         # At most one node has lost unsynced data at a time: the one before must be back in
         # every ISR (so every acknowledged record is on all three replicas again).

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from e2e.chaos.checker import check, replica_divergence, summary
+from e2e.chaos.clocks import NodeClocks
 from e2e.chaos.disks import NodeDisk
 from e2e.chaos.faults import Faults
 from e2e.chaos.net import TestNetwork
@@ -70,10 +71,10 @@ def recover(cluster: LocalCluster, workload: QueueWorkload) -> str | None:
 
 def test_queue_under_faults(chaos_seed: int, chaos_cluster: LocalCluster,
                             chaos_net: TestNetwork, chaos_disks: dict[int, NodeDisk],
-                            tmp_path: Path) -> None:
+                            chaos_clocks: NodeClocks, tmp_path: Path) -> None:
     schedule = Schedule.from_seed(chaos_seed)
     say(schedule.describe())
-    faults = Faults(chaos_cluster, chaos_net, disks=chaos_disks)
+    faults = Faults(chaos_cluster, chaos_net, disks=chaos_disks, clocks=chaos_clocks)
     workload = QueueWorkload(chaos_cluster.bootstrap_servers, f"queue-{chaos_seed}")
     workload.create_topic()
     workload.start()
