@@ -12,6 +12,7 @@ import pytest
 from e2e.chaos import clocks, disks, tools
 from e2e.chaos.clocks import NodeClocks
 from e2e.chaos.disks import NodeDisk
+from e2e.chaos.faults import Faults
 from e2e.chaos.net import TestNetwork, namespaces_supported
 from e2e.chaos.schedule import replay_command
 from e2e.conftest import FAST_FAILOVER
@@ -83,10 +84,17 @@ def chaos_cluster(tmp_path: Path, chaos_net: TestNetwork, chaos_disks: dict[int,
         cluster.stop(timeout=20)
 
 
-SHORT_SEEDS = (1, 2)  # the schedules of the normal suite
+@pytest.fixture
+def chaos_faults(chaos_cluster: LocalCluster, chaos_net: TestNetwork,
+                 chaos_disks: dict[int, NodeDisk], chaos_clocks: NodeClocks) -> Faults:
+    """Every fault, power cuts and clock jumps included, on chaos_cluster."""
+    return Faults(chaos_cluster, chaos_net, disks=chaos_disks, clocks=chaos_clocks)
 
 
-def chaos_seeds(config: pytest.Config) -> list[int]:
+SHORT_SEEDS = (1, 2)  # the normal suite's schedules (a workload module may name its own)
+
+
+def chaos_seeds(config: pytest.Config, short: tuple[int, ...] = SHORT_SEEDS) -> list[int]:
     """--chaos-seed N (repeatable), else $CHAOS_SCHEDULES seeds from $CHAOS_FIRST_SEED (the
     soak of `make chaos`), else the short mode's few seeds."""
     given = config.getoption("chaos_seed", default=None)
@@ -96,12 +104,13 @@ def chaos_seeds(config: pytest.Config) -> list[int]:
     if count:
         first = int(os.environ.get("CHAOS_FIRST_SEED", "1"))
         return list(range(first, first + int(count)))
-    return list(SHORT_SEEDS)
+    return list(short)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "chaos_seed" in metafunc.fixturenames:
-        seeds = chaos_seeds(metafunc.config)
+        seeds = chaos_seeds(metafunc.config,
+                            getattr(metafunc.module, "SHORT_SEEDS", SHORT_SEEDS))
         metafunc.parametrize("chaos_seed", seeds, ids=[f"seed{seed}" for seed in seeds])
 
 
@@ -113,4 +122,5 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
     report = outcome.get_result()
     callspec = getattr(item, "callspec", None)
     if report.failed and callspec is not None and "chaos_seed" in callspec.params:
-        report.sections.append(("replay", replay_command(callspec.params["chaos_seed"])))
+        report.sections.append(("replay", replay_command(callspec.params["chaos_seed"],
+                                                         item.nodeid.split("::")[0])))

@@ -28,8 +28,8 @@ CLOCK_JUMPS = (300, 3600, 6 * 3600, -300, -3000, -7200)
 SESSION_TIMEOUT = 3.0  # broker.session.timeout.ms of the chaos cluster, in seconds
 
 
-def replay_command(seed: int) -> str:
-    return f"pytest e2e/chaos/test_chaos.py --chaos-seed {seed}"
+def replay_command(seed: int, test_file: str = "e2e/chaos/test_chaos.py") -> str:
+    return f"pytest {test_file} --chaos-seed {seed}"
 
 
 @dataclass(frozen=True)
