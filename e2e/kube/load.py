@@ -87,8 +87,11 @@ class GroupLoad:
 
         consumer = KafkaConsumer(bootstrap_servers=self.bootstrap, group_id=f"{self.topic}-g",
                                  auto_offset_reset="earliest", enable_auto_commit=True,
-                                 auto_commit_interval_ms=500, session_timeout_ms=10000,
-                                 heartbeat_interval_ms=1000, request_timeout_ms=30000)
+                                 auto_commit_interval_ms=500,
+                                 # Kafka's default session: a coordinator that moves while
+                                 # a pod restarts (and DNS catches up) loses no member.
+                                 session_timeout_ms=45000, heartbeat_interval_ms=3000,
+                                 request_timeout_ms=30000)
         consumer.subscribe([self.topic], listener=Listener())
         try:
             while not self._stop_consuming.is_set():
@@ -127,7 +130,17 @@ class GroupLoad:
         twice = sorted(value for value, count in consumed.items() if count > 1)
         return ([f"the group never read {len(lost)} acknowledged values: {lost[:5]}"]
                 if lost else []) + \
-            ([f"the group read {len(twice)} values twice: {twice[:5]}"] if twice else [])
+            ([f"the group read {len(twice)} values twice: {twice[:5]}; "
+              f"{self._reads_of(twice[:3])}"] if twice else [])
+
+    def _reads_of(self, values: list[str]) -> str:
+        """Who read each value: (consumer, generation, partition, offset) per read."""
+        with self._lock:
+            reads = {value: [(poll.consumer, poll.generation, partition, offset)
+                             for poll in self.history.polls
+                             for partition, offset, read in poll.records if read == value]
+                     for value in values}
+        return f"reads {reads}"
 
 
 class IsrWatch:

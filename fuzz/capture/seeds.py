@@ -1,9 +1,10 @@
 """Turn recorded traffic into the targets' seed inputs, small and deduplicated.
 
 - frames: the request frames clients sent, at most PER_GROUP per (API, version, client,
-  and for Produce the codec and transactional flag of its batch), plus one request with
-  every field at its default for each API version the broker advertises that no client
-  sent, so every version is seeded.
+  and for Produce the codec and transactional flag of its batch), plus one request for
+  each API version the broker advertises that no client sent, so every version is seeded:
+  a request a client sent in another version of that API, rebuilt in the missing one (every
+  field at its default when no client used the API).
 - batches: each partition's records of every Produce request (grouped as above, and by
   idempotence), and the control batches (transaction markers) the broker served in Fetch
   responses, each behind the mode byte of deep validation on the newest Produce version
@@ -14,6 +15,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import defaultdict
 from collections.abc import Iterable
@@ -87,6 +89,7 @@ def build_seeds(frames: Iterable[Frame]) -> Seeds:
     frame_groups: dict[tuple, list[bytes]] = defaultdict(list)
     batch_groups: dict[tuple, list[bytes]] = defaultdict(list)
     sent_versions: set[tuple[int, int]] = set()
+    examples: dict[int, Any] = {}  # per API key, the first request body a client sent
     # Per connection: correlation id -> (api key, version) of requests awaiting an answer,
     # and the SASL exchange in progress.
     pending: dict[int, dict[int, tuple[int, int]]] = defaultdict(dict)
@@ -103,6 +106,7 @@ def build_seeds(frames: Iterable[Frame]) -> Seeds:
         key, version = header.api_key, header.api_version
         pending[frame.connection][header.correlation_id] = (key, version)
         sent_versions.add((key, version))
+        examples.setdefault(key, body)
         family = client_family(header.client_id)
         group: tuple = (key, version, family)
         if key == PRODUCE:
@@ -119,7 +123,7 @@ def build_seeds(frames: Iterable[Frame]) -> Seeds:
             exchanges[frame.connection].append(bytes(body.auth_bytes))
         if len(frame.data) <= MAX_FRAME_BYTES:
             frame_groups[group].append(frame.data)
-    seeds.frames = _pick(frame_groups) + _default_requests(sent_versions)
+    seeds.frames = _pick(frame_groups) + _missing_versions(sent_versions, examples)
     seeds.batches = _pick(batch_groups) + control[:MAX_CONTROL_BATCHES]
     seeds.sasl = sorted({_sasl_input(*exchange) for exchange in exchanges.values()
                          if len(exchange) > 2})
@@ -134,12 +138,14 @@ def _pick(groups: dict[tuple, list[bytes]]) -> list[bytes]:
     return out
 
 
-def _default_requests(sent: set[tuple[int, int]]) -> list[bytes]:
+def _missing_versions(sent: set[tuple[int, int]], examples: dict[int, Any]) -> list[bytes]:
     out = []
     for key, entry in sorted(APIS.items()):
+        # Defaults are not always valid (an ACL filter of UNKNOWN elements is refused).
+        data = dataclasses.asdict(examples[key]) if key in examples else {}
         for version in range(entry.min_version, entry.max_version + 1):
             if (key, version) not in sent:
-                body = build(request_class(key, version), {})
+                body = build(request_class(key, version), data)
                 out.append(encode_request(key, version, 1, "fuzz-defaults", body)[4:])
     return out
 

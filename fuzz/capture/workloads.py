@@ -1,5 +1,5 @@
 """What the clients do while the proxy records: produce with every codec, idempotent and
-transactional; consume in groups; administer topics, configs, groups and SCRAM users; and
+transactional; consume in groups; administer topics, configs, groups, ACLs and SCRAM users; and
 authenticate with SASL PLAIN and SCRAM. Each step uses one real client library or one of
 Kafka's own tools, through the proxy's address.
 """
@@ -225,6 +225,11 @@ def java_tools(addr: Addresses) -> None:
     kafka_tool("kafka-transactions", *server, "describe-producers", "--topic", topic,
                "--partition", "0")
     kafka_tool("kafka-metadata-quorum", *server, "describe", "--status")
+    # No authorizer here: the broker answers SECURITY_DISABLED, the requests are what count.
+    acl = ["--allow-principal", f"User:{USER}", "--operation", "Read", "--topic", topic]
+    kafka_tool("kafka-acls", *server, "--add", *acl, check=False)
+    kafka_tool("kafka-acls", *server, "--list", check=False)
+    kafka_tool("kafka-acls", *server, "--remove", "--force", *acl, check=False)
     kafka_tool("kafka-leader-election", *server, "--election-type", "preferred",
                "--all-topic-partitions", check=False)
     with tempfile.TemporaryDirectory() as scratch:

@@ -103,8 +103,12 @@ def _convert(field: _Field, value: Any) -> Any:
         case "error_code":
             return value if isinstance(value, ErrorCode) else ErrorCode(value)
         case "timedelta_i32" | "timedelta_i64":
+            if isinstance(value, datetime.timedelta):  # already converted (a decoded body)
+                return value
             return datetime.timedelta(milliseconds=value)
         case "datetime_i64":
+            if isinstance(value, datetime.datetime):
+                return value
             # -1 is "none": null where the field is nullable, else written as -1 itself.
             if value is None or (value < 0 and field.optional):
                 return None
