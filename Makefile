@@ -27,12 +27,21 @@ lock: $(STAMP)
 	$(UV) export --quiet --all-packages --group dev --format requirements-txt \
 		--output-file requirements-dev.lock
 
-## System tools the end-to-end tests drive (Debian packages): kcat, and prometheus (which
-## brings promtool) for the monitoring tests.
+## System tools the end-to-end tests drive (Debian packages): kcat, prometheus (which brings
+## promtool) for the monitoring tests, and for the fault-injection suite (e2e/chaos) iproute2
+## and nftables (namespaces, partitions, packet loss), e2fsprogs and mount (the nodes' disks
+## that a crash can drop) and gcc (the clock-jump library). Installs only what is missing.
+TOOLS := kcat:kcat promtool:prometheus ip:iproute2 nft:nftables mkfs.ext4:e2fsprogs \
+	losetup:mount cc:gcc
 tools:
-	@command -v kcat >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || { \
+	@missing=""; for pair in $(TOOLS); do \
+		PATH="$$PATH:/usr/sbin:/sbin" command -v $${pair%%:*} >/dev/null 2>&1 \
+			|| missing="$$missing $${pair#*:}"; \
+	done; \
+	if [ -n "$$missing" ]; then \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq kcat prometheus; }
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq $$missing; \
+	fi
 
 ## Apache Kafka's broker, tools and Java client from Maven Central (needs java, javac, mvn),
 ## cached outside the repository (MOLDAU_KAFKA_HOME overrides where: java/fetch-kafka.sh).
@@ -139,7 +148,7 @@ kafka-config-names: kafka-deps
 CHAOS_SCHEDULES ?= 100
 CHAOS_FIRST_SEED ?= 1
 .PHONY: chaos
-chaos: install
+chaos: install tools
 	CHAOS_SCHEDULES=$(CHAOS_SCHEDULES) CHAOS_FIRST_SEED=$(CHAOS_FIRST_SEED) \
 		$(BIN)/pytest -m chaos e2e/chaos/test_chaos.py
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 PREFIX = "mch"
 SUPERNET = ipaddress.ip_network("10.213.0.0/16")
 FIRST_NODE_HOST = 11  # node i gets .10+i
+NETNS_DIR = "/run/netns"  # where `ip netns add` names its namespaces
 _NAME = re.compile(rf"^{PREFIX}(\d+)(?:n\d+|br|h\d+)$")
 
 
@@ -119,8 +120,10 @@ class NodeNet:
 
     @property
     def exec_prefix(self) -> list[str]:
-        """Words that run a command inside the namespace."""
-        return ["ip", "netns", "exec", self.namespace]
+        """Words that run a command inside the namespace. nsenter enters only the network
+        namespace (`ip netns exec` would also give the command a copy of every mount, which
+        would keep another node's dropped disk mounted: see disks.py)."""
+        return ["nsenter", f"--net={NETNS_DIR}/{self.namespace}"]
 
 
 @dataclass
@@ -225,3 +228,29 @@ def can_connect(member: NodeNet, address: str, port: int, timeout: float = 2.0) 
     done = subprocess.run([*member.exec_prefix, sys.executable, "-c", script],
                           capture_output=True, timeout=timeout + 30)
     return done.returncode == 0
+
+
+def datagrams_delivered(src: NodeNet, dst: NodeNet, count: int = 20, port: int = 9999) -> int:
+    """How many of `count` UDP datagrams sent from inside `src`'s namespace arrive in
+    `dst`'s (links in one direction only, which TCP cannot show)."""
+    receiver = ("import socket, sys\n"
+                "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+                f"s.bind(({dst.address!r}, {port})); s.settimeout(2.0)\n"
+                "print('ready', flush=True)\n"
+                "got = 0\n"
+                "try:\n"
+                "    while True:\n"
+                "        s.recv(64); got += 1\n"
+                "except OSError:\n"
+                "    print(got)\n")
+    sender = ("import socket, time\n"
+              "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+              f"for _ in range({count}):\n"
+              f"    s.sendto(b'x', ({dst.address!r}, {port})); time.sleep(0.002)\n")
+    with subprocess.Popen([*dst.exec_prefix, sys.executable, "-c", receiver],
+                          stdout=subprocess.PIPE, text=True) as listening:
+        assert listening.stdout is not None
+        assert listening.stdout.readline().strip() == "ready"
+        subprocess.run([*src.exec_prefix, sys.executable, "-c", sender], check=True,
+                       timeout=60)
+        return int(listening.stdout.read().strip())

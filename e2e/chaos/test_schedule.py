@@ -41,3 +41,14 @@ def test_the_seeds_of_each_mode() -> None:
     assert collected(CHAOS_SCHEDULES="3", CHAOS_FIRST_SEED="100") == [
         "seed100", "seed101", "seed102"]
     assert replay_command(42) == "pytest e2e/chaos/test_chaos.py --chaos-seed 42"
+
+
+def test_overlapping_steps_hold_both_faults_long_enough() -> None:
+    steps = [step for seed in range(100) for step in Schedule.from_seed(seed).steps]
+    overlapping = [step for step in steps if step.also]
+    assert 0.15 < len(overlapping) / len(steps) < 0.45
+    assert {step.also for step in overlapping} == set(KINDS)
+    for step in overlapping:
+        assert 0 <= step.overlap_after <= step.duration / 2
+        if step.also.startswith("pause"):
+            assert step.duration - step.overlap_after > SESSION_TIMEOUT

@@ -193,3 +193,27 @@ def test_reserved_directories_are_left_alone(tmp_path):
     assert manager.load() == []
     manager.shutdown()
     assert (reserved / "00000000000000000000.log").read_bytes() == b"metadata"
+
+
+def test_retention_and_checkpoints_stay_due_when_the_wall_clock_steps_back(tmp_path,
+                                                                         monkeypatch):
+    m = LogManager([str(tmp_path / "a")], default_config=SMALL,
+                   retention_check_interval_ms=1_000)
+    m.load()
+    ran: list[tuple[str, int]] = []
+    monkeypatch.setattr(m, "run_retention", lambda now_ms: ran.append(("retention", now_ms)))
+    monkeypatch.setattr(m, "checkpoint", lambda: ran.append(("checkpoint", 0)))
+    wall = 1_800_000_000_000
+    m.tick(wall, monotonic_ms=0)
+    assert ran == [("retention", wall), ("checkpoint", 0)]
+    m.tick(wall + 500, monotonic_ms=500)  # not due yet
+    assert len(ran) == 2
+    hour = 3_600_000
+    m.tick(wall - hour, monotonic_ms=1_000)  # the wall clock went back an hour
+    assert ran[2:] == [("retention", wall - hour)]
+    m.tick(wall - hour + 60_000, monotonic_ms=61_000)
+    assert ran[3:] == [("retention", wall - hour + 60_000), ("checkpoint", 0)]
+    # A step forward does not make the work due before its interval has passed.
+    m.tick(wall + 10 * hour, monotonic_ms=61_500)
+    assert len(ran) == 5
+    m.shutdown()

@@ -12,6 +12,7 @@ import base64
 import os
 import uuid
 
+from moldau.broker.log.checkpoint import atomic_write
 from moldau.config import ConfigError
 from moldau.properties import load_properties
 
@@ -56,9 +57,6 @@ def _write(directory: str, cluster_id: str, node_id: int) -> None:
     path = os.path.join(directory, META_FILE)
     text = (f"#Written by Moldau\nversion=1\ncluster.id={cluster_id}\nnode.id={node_id}\n"
             f"directory.id={new_cluster_id()}\n")
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    # The rename and its directory are fsynced too, as Kafka's storage format does: a power
+    # cut must not leave a node that restarts without knowing its cluster.
+    atomic_write(path, text.encode())

@@ -467,6 +467,7 @@ class LocalCluster:
     def _format_storage(self) -> None:
         """Give every node's data directory the same cluster id before its first start (as
         Kafka's storage format does), so that the nodes agree on the cluster they form."""
+        from moldau.broker.log.checkpoint import atomic_write
         from moldau.broker.storage import new_cluster_id
 
         existing = set()
@@ -490,11 +491,9 @@ class LocalCluster:
             if meta.exists():
                 continue
             node.data_dir.mkdir(parents=True, exist_ok=True)
-            tmp = meta.with_suffix(".tmp")
-            tmp.write_text(f"version=1\ncluster.id={self.cluster_id}\n"
-                           f"node.id={node.node_id}\ndirectory.id={new_cluster_id()}\n",
-                           encoding="utf-8")
-            os.replace(tmp, meta)
+            atomic_write(str(meta), f"version=1\ncluster.id={self.cluster_id}\n"
+                                    f"node.id={node.node_id}\ndirectory.id={new_cluster_id()}\n"
+                                    .encode())
 
     def _spawn(self, node: ClusterNode) -> None:
         node.directory.mkdir(parents=True, exist_ok=True)

@@ -70,8 +70,9 @@ class LogManager:
         self._owns_locks = dir_locks is None
         self._dir_locks = dir_locks or DirLocks()
         self._scheduler = DeletionScheduler()
-        self._last_retention_ms = 0
-        self._last_checkpoint_ms = 0
+        # When retention and checkpoints last ran, on the monotonic clock (None: not yet).
+        self._last_retention_at: float | None = None
+        self._last_checkpoint_at: float | None = None
         # Compaction of cleanup.policy=compact logs, on its own threads (started by load()).
         self.cleaner = LogCleaner(self.all_logs, cleaner_config)
 
@@ -249,7 +250,6 @@ class LogManager:
                 log.info("%s: retention deleted %d segment(s); log start offset is now %d",
                          plog.name, n, plog.log_start_offset)
             total += n
-        self._last_retention_ms = now_ms
         return total
 
     def flush_logs(self, now_ms: int) -> None:
@@ -274,15 +274,24 @@ class LogManager:
             write_offsets(os.path.join(d, LOG_START_OFFSET_CHECKPOINT),
                           {(p.topic, p.partition): p.log_start_offset for p in logs})
 
-    def tick(self, now_ms: int | None = None) -> None:
-        """One round of background work: retention, flush.ms, checkpoints, when due."""
+    def tick(self, now_ms: int | None = None, monotonic_ms: float | None = None) -> None:
+        """One round of background work: retention, flush.ms, checkpoints, when due.
+
+        Retention compares record timestamps with the wall clock (`now_ms`), as Kafka's does;
+        when the work is due is measured on the monotonic clock, as Kafka's scheduler
+        measures it, so a wall clock stepped back does not hold retention and checkpoints
+        off until it has caught up again."""
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-        if now_ms - self._last_retention_ms >= self.retention_check_interval_ms:
+        at = time.monotonic() * 1000 if monotonic_ms is None else monotonic_ms
+        if self._last_retention_at is None or \
+                at - self._last_retention_at >= self.retention_check_interval_ms:
             self.run_retention(now_ms)
+            self._last_retention_at = at
         self.flush_logs(now_ms)
-        if now_ms - self._last_checkpoint_ms >= CHECKPOINT_INTERVAL_MS:
+        if self._last_checkpoint_at is None or \
+                at - self._last_checkpoint_at >= CHECKPOINT_INTERVAL_MS:
             self.checkpoint()
-            self._last_checkpoint_ms = now_ms
+            self._last_checkpoint_at = at
 
     # -- shutdown ----------------------------------------------------------------------------
 
