@@ -1,8 +1,9 @@
 """Dynamic broker configs on a broker: the layers over server.properties, key by key as
 Kafka resolves them, and the topic defaults that follow."""
 
-from moldau.broker.config import BrokerConfig
-from moldau.broker.dynamic_config import refresh, touches_broker
+from moldau.broker.config import BROKER_CONFIG, BrokerConfig
+from moldau.broker.dynamic_config import DYNAMIC_BROKER_CONFIGS, refresh, touches_broker
+from moldau.broker.log.config import BROKER_SYNONYMS
 from moldau.broker.metadata.image import MetadataImage
 from moldau.broker.metadata.records import BROKER_RESOURCE, TOPIC_RESOURCE, ConfigRecord
 
@@ -51,3 +52,13 @@ def test_which_batches_touch_this_broker():
     assert touches_broker([ConfigRecord(BROKER_RESOURCE, "1", "x", "1")], 1)
     assert not touches_broker([ConfigRecord(BROKER_RESOURCE, "2", "x", "1")], 1)
     assert not touches_broker([ConfigRecord(TOPIC_RESOURCE, "", "x", "1")], 1)
+
+
+def test_the_dynamic_keys_are_the_topic_defaults_moldau_applies():
+    """Every broker name of a topic setting's default, except those Moldau stores but does
+    not act on yet (broker-side recompression levels, tiered storage)."""
+    not_applied = {"compression.gzip.level", "compression.lz4.level", "compression.zstd.level",
+                   "log.local.retention.bytes", "log.local.retention.ms"}
+    synonyms = {prop for props in BROKER_SYNONYMS.values() for prop in props}
+    applied = {prop for prop in synonyms if prop in BROKER_CONFIG and prop not in not_applied}
+    assert applied == DYNAMIC_BROKER_CONFIGS

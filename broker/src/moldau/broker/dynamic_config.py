@@ -13,23 +13,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from moldau.broker.config import BROKER_CONFIG, BrokerConfig
-from moldau.broker.log.config import BROKER_SYNONYMS
 from moldau.broker.metadata.image import MetadataImage
 from moldau.broker.metadata.records import BROKER_RESOURCE, ConfigRecord, MetadataRecord
-from moldau.config import ConfigError, kafka_broker_keys
+from moldau.config import DYNAMIC_BROKER_KEYS, ConfigError, kafka_broker_keys
 from moldau.errors import ErrorCode, KafkaError
-
-# Topic defaults Moldau keeps but does not act on yet (broker-side recompression, tiered
-# storage): changing them live would change nothing.
-_NOT_APPLIED = frozenset({"compression.gzip.level", "compression.lz4.level",
-                          "compression.zstd.level", "log.local.retention.bytes",
-                          "log.local.retention.ms"})
 
 # Every broker property that supplies a topic's default (Kafka's DynamicLogConfig set), as
 # far as Moldau applies it: a topic without its own override follows the new value at once.
-DYNAMIC_BROKER_CONFIGS: frozenset[str] = frozenset(
-    prop for props in BROKER_SYNONYMS.values() for prop in props
-    if prop in BROKER_CONFIG and prop not in _NOT_APPLIED)
+# tests/broker/test_dynamic_config.py keeps the list in step with the topic settings.
+DYNAMIC_BROKER_CONFIGS: frozenset[str] = DYNAMIC_BROKER_KEYS
 
 CLUSTER_DEFAULT = ""
 
