@@ -20,9 +20,9 @@ import pytest
 
 from e2e.conftest import FAST_FAILOVER
 from e2e.kube.load import IsrWatch
-from e2e.support import ck_consume_all, ck_producer, unique
+from e2e.support import ck_consume_all, ck_producer, unique, wait_until
 from moldau.client import Admin
-from moldau.client.admin import NewTopic
+from moldau.client.admin import ConfigResource, ConfigSource, NewTopic
 from moldau.cluster import LocalCluster, free_base_port
 from moldau.operator.balance import is_balanced
 from moldau.operator.reconcile import Outcome, reconcile
@@ -31,6 +31,8 @@ from tests.operator.kube_double import KubeDouble
 
 pytestmark = pytest.mark.timeout(1500)
 NAMESPACE = "ns"
+# A change that needs a restart (dynamically updatable keys are applied without one).
+RESTART_CONFIG = {"offsets.retention.minutes": "20160"}
 
 
 def node_of(pod: str) -> int:
@@ -176,7 +178,7 @@ def test_a_config_change_rolls_every_pod_once_in_order_and_resumes(
     leader = local.quorum().leader_id
     watch = IsrWatch(local.bootstrap_servers, [topic], interval=0.2)
     producing = Producing(local.bootstrap_servers, topic)
-    changed = spec(config={"log.retention.hours": "100"})
+    changed = spec(config=RESTART_CONFIG)
     try:
         first = Operator(kube, local.bootstrap_servers, status)
         first.until(changed, lambda s: len(kube.restarted) >= 2, 300, "two restarts")
@@ -209,7 +211,7 @@ def test_a_manual_rolling_update_restarts_every_pod_once(
     before = len(kube.restarted)
     operator = Operator(kube, local.bootstrap_servers, status)
     operator.annotations = {"moldau.io/manual-rolling-update": "true"}
-    operator.until(spec(config={"log.retention.hours": "100"}), settled, 600, "the manual roll")
+    operator.until(spec(config=RESTART_CONFIG), settled, 600, "the manual roll")
     assert sorted(kube.restarted[before:]) == ["kc-brokers-0", "kc-nodes-0", "kc-nodes-1",
                                                "kc-nodes-2"]
     assert operator.annotations == {}
@@ -217,10 +219,33 @@ def test_a_manual_rolling_update_restarts_every_pod_once(
         operator.events
 
 
+def test_a_dynamic_config_change_is_applied_without_a_restart(
+        kube: KubeDouble, local: LocalCluster, status: dict) -> None:
+    before = len(kube.restarted)
+    operator = Operator(kube, local.bootstrap_servers, status)
+    live = {"log.retention.ms": "3600000", "min.insync.replicas": "2"}
+    operator.until(spec(config={**RESTART_CONFIG, **live}), lambda s: settled(s) and (
+        s.get("dynamicConfig") or {}).get("clusterDefault") == live, 120,
+        "the dynamic config applied")
+    assert kube.restarted[before:] == []
+    assert [message for reason, message, _ in operator.events
+            if reason == "DynamicConfigApplied"] == [
+        "applied to every broker without a restart: log.retention.ms=3600000, "
+        "min.insync.replicas=2"]
+    resources = [ConfigResource.broker(node) for node in (1, 2, 3, 4)]
+    with Admin({"bootstrap.servers": local.bootstrap_servers}) as admin:
+        def everywhere() -> bool:
+            found = admin.describe_configs(resources)
+            return all((found[r]["log.retention.ms"].value, found[r]["log.retention.ms"].source)
+                       == ("3600000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
+                       for r in resources)
+        wait_until(everywhere, 30, "every broker to apply the cluster default")
+
+
 def test_controller_changes_and_shrinking_storage_are_refused(
         kube: KubeDouble, local: LocalCluster, status: dict) -> None:
     operator = Operator(kube, local.bootstrap_servers, status)
-    found = operator.until(spec(nodes=5, size="500Mi", config={"log.retention.hours": "100"}),
+    found = operator.until(spec(nodes=5, size="500Mi", config=RESTART_CONFIG),
                            lambda s: condition(s, "SpecApplied").get("status") == "False",
                            60, "a refusal", rounds=2)
     applied = condition(found, "SpecApplied")
@@ -239,7 +264,7 @@ def test_storage_grows_by_resizing_claims_and_recreating_the_statefulset(
         kube: KubeDouble, local: LocalCluster, status: dict) -> None:
     before = len(kube.restarted)
     operator = Operator(kube, local.bootstrap_servers, status)
-    grown = spec(size="2Gi", config={"log.retention.hours": "100"})
+    grown = spec(size="2Gi", config=RESTART_CONFIG)
     operator.until(grown, settled, 120, "grown storage")
     claim = kube.objects[("PersistentVolumeClaim", "data-kc-brokers-0")]
     assert claim["spec"]["resources"]["requests"]["storage"] == "2Gi"
@@ -257,7 +282,7 @@ def test_an_impossible_drain_is_refused_and_nothing_is_removed(
         admin.create_topics([NewTopic(topic, replica_assignment={0: [1, 2, 3, 4]})])
     try:
         operator = Operator(kube, local.bootstrap_servers, status)
-        found = operator.until(spec(brokers=0, size="2Gi", config={"log.retention.hours": "100"}),
+        found = operator.until(spec(brokers=0, size="2Gi", config=RESTART_CONFIG),
                                lambda s: condition(s, "SpecApplied").get("status") == "False",
                                60, "a refused drain")
         applied = condition(found, "SpecApplied")
@@ -284,7 +309,7 @@ def test_a_broker_pool_drains_to_zero_and_grows_back_balanced(
         producer.produce(topic, str(n).encode(), partition=n % 6)
     assert producer.flush(60) == 0
     operator = Operator(kube, local.bootstrap_servers, status)
-    config = {"log.retention.hours": "100"}
+    config = RESTART_CONFIG
     gone = operator.until(spec(brokers=0, size="2Gi", config=config),
                           lambda s: s["nodePools"][1].get("replicas") == 0, 600, "node 4 gone")
     assert not local.node(4).alive

@@ -26,6 +26,23 @@ def kafka_broker_keys() -> frozenset[str]:
                      if line.strip() and not line.startswith("#"))
 
 
+# Broker settings Moldau applies without a restart when set as dynamic broker configs
+# (IncrementalAlterConfigs on a BROKER resource): the broker-level defaults of the topic
+# settings it implements. Shared by the broker, which accepts only these, and the operator,
+# which applies changes of these without rolling pods.
+DYNAMIC_BROKER_KEYS = frozenset({
+    "compression.type", "log.cleaner.delete.retention.ms", "log.cleaner.max.compaction.lag.ms",
+    "log.cleaner.min.cleanable.ratio", "log.cleaner.min.compaction.lag.ms",
+    "log.cleanup.policy", "log.flush.interval.messages", "log.flush.interval.ms",
+    "log.index.interval.bytes", "log.index.size.max.bytes",
+    "log.message.timestamp.after.max.ms", "log.message.timestamp.before.max.ms",
+    "log.message.timestamp.type", "log.preallocate", "log.retention.bytes",
+    "log.retention.hours", "log.retention.minutes", "log.retention.ms", "log.roll.hours",
+    "log.roll.jitter.hours", "log.roll.jitter.ms", "log.roll.ms", "log.segment.bytes",
+    "log.segment.delete.delay.ms", "message.max.bytes", "min.insync.replicas",
+    "unclean.leader.election.enable"})
+
+
 class ConfigError(ValueError):
     """A setting is unknown or has an invalid value. The message names the setting."""
 

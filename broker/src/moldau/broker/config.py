@@ -334,6 +334,20 @@ def parse_overrides(items: list[str]) -> dict[str, str]:
     return overrides
 
 
+def _derive_times(v: dict[str, Any]) -> None:
+    """Kafka derives the *.ms forms from hours/minutes when they are not set."""
+    if v["log.retention.ms"] is None:
+        minutes = v["log.retention.minutes"]
+        v["log.retention.ms"] = (minutes * 60000 if minutes is not None
+                                 else v["log.retention.hours"] * 3600000)
+    if v["log.roll.ms"] is None:
+        v["log.roll.ms"] = v["log.roll.hours"] * 3600000
+    if v["log.roll.jitter.ms"] is None:
+        v["log.roll.jitter.ms"] = v["log.roll.jitter.hours"] * 3600000
+    if v["log.flush.interval.ms"] is None:
+        v["log.flush.interval.ms"] = LONG_MAX
+
+
 class BrokerConfig:
     """The broker's effective settings. `values` holds every key, typed."""
 
@@ -343,6 +357,9 @@ class BrokerConfig:
         own, self.not_applied = split_known(raw)
         parsed = BROKER_CONFIG.parse(own, what="broker configuration")
         self.overrides = parsed
+        # Dynamic layers (metadata log): the cluster-wide default and this broker's own.
+        self.dynamic_default: dict[str, Any] = {}
+        self.dynamic_broker: dict[str, Any] = {}
         self.values = BROKER_CONFIG.with_defaults(parsed)
         self._derive()
 
@@ -373,17 +390,7 @@ class BrokerConfig:
         # Every directory the node writes to; all are locked before any is touched.
         self.data_dirs = list(dict.fromkeys(
             os.path.abspath(d) for d in [*self.log_dirs, self.metadata_log_dir]))
-        # Kafka derives the *.ms forms from hours/minutes when they are not set.
-        if v["log.retention.ms"] is None:
-            minutes = v["log.retention.minutes"]
-            v["log.retention.ms"] = (minutes * 60000 if minutes is not None
-                                     else v["log.retention.hours"] * 3600000)
-        if v["log.roll.ms"] is None:
-            v["log.roll.ms"] = v["log.roll.hours"] * 3600000
-        if v["log.roll.jitter.ms"] is None:
-            v["log.roll.jitter.ms"] = v["log.roll.jitter.hours"] * 3600000
-        if v["log.flush.interval.ms"] is None:
-            v["log.flush.interval.ms"] = LONG_MAX
+        _derive_times(v)
         self.per_ip_overrides = self._parse_ip_overrides(v["max.connections.per.ip.overrides"])
         self.http_listener = parse_http_listener(v["http.listener"] or "")
 
@@ -564,6 +571,17 @@ class BrokerConfig:
 
     def __getitem__(self, name: str) -> Any:
         return self.values[name]
+
+    def set_dynamic(self, default: Mapping[str, Any], broker: Mapping[str, Any]) -> None:
+        """Layer dynamic settings (parsed) over server.properties, key by key as Kafka
+        does: this broker's own, then the cluster default, then the file, then Kafka's
+        default; the *.ms forms are derived afterwards, so a dynamic log.retention.hours
+        still loses to a log.retention.ms set anywhere."""
+        self.dynamic_default = dict(default)
+        self.dynamic_broker = dict(broker)
+        values = BROKER_CONFIG.with_defaults({**self.overrides, **default, **broker})
+        _derive_times(values)
+        self.values = values
 
     def log_config(self, topic_overrides: Mapping[str, Any]) -> LogConfig:
         return effective_log_config(self.values, topic_overrides)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from moldau.broker.config import BROKER_CONFIG
+from moldau.broker.dynamic_config import DYNAMIC_BROKER_CONFIGS
 from moldau.broker.log.config import BROKER_SYNONYM, TOPIC_CONFIG
 from moldau.config import ConfigKey
 
@@ -28,6 +29,20 @@ as `listener.name.<listener>.<mechanism>.sasl.jaas.config`); a listener's value 
 """
 
 
+DYNAMIC_TEXT = """These broker settings also change while the cluster runs, without a restart, as
+Kafka's dynamic broker configs: set for the whole cluster (`kafka-configs --bootstrap-server
+B --entity-type brokers --entity-default --alter --add-config log.retention.ms=86400000`) or
+for one broker (`--entity-name 2`), with (Incremental)AlterConfigs on the BROKER resource ""
+or the broker's id. They are kept in the metadata log, so every broker applies them at once
+and again after a restart. Per key, a broker's own value wins over the cluster-wide one,
+which wins over `server.properties`; topics without an override of their own follow the new
+value at once. DescribeConfigs shows where each value comes from (`DYNAMIC_BROKER_CONFIG`,
+`DYNAMIC_DEFAULT_BROKER_CONFIG`, `STATIC_BROKER_CONFIG`, `DEFAULT_CONFIG`). Any other key is
+refused as Kafka refuses it (`INVALID_REQUEST`: `Cannot update these configs dynamically:
+Set(log.dirs)`; a bad value with the key's message); a name neither Kafka nor Moldau defines
+gets `INVALID_CONFIG`. See [cluster.md](cluster.md#dynamic-broker-configs)."""
+
+
 def _default(key: ConfigKey) -> str:
     value = key.default
     if value is None:
@@ -41,6 +56,8 @@ def render() -> str:
              "|---|---|---|---|"]
     lines += [f"| `{name}` | {key.type.name.lower()} | {_default(key)} | {key.doc} |"
               for name, key in BROKER_CONFIG.keys.items()]
+    lines += ["", "## Dynamic broker settings", "", DYNAMIC_TEXT, ""]
+    lines += [f"- `{name}`" for name in sorted(DYNAMIC_BROKER_CONFIGS)]
     lines += ["", "## Topic settings", "",
               "Set per topic with CreateTopics configs or (Incremental)AlterConfigs, e.g.",
               "`kafka-configs --alter --entity-type topics --entity-name T "

@@ -24,6 +24,7 @@ from moldau.broker.coordinators.transaction.coordinator import (
 )
 from moldau.broker.coordinators.transaction.markers import MarkerChannel
 from moldau.broker.coordinators.transaction.records import TRANSACTION_TOPIC
+from moldau.broker.dynamic_config import refresh, touches_broker
 from moldau.broker.handlers import apis as _apis  # noqa: F401 - registers every handler
 from moldau.broker.handlers.api_versions import unsupported_version_response
 from moldau.broker.handlers.pool import RequestHandlerPool
@@ -164,6 +165,9 @@ class Broker:
             services = ControllerService(self.controller, listener.api,
                                          listener.cluster_action).services()
         await self.quorum.start(services, identify=listener.identify, gate=listener.gate)
+        # Dynamic broker configs: those already in the metadata, then every change.
+        self.quorum.subscribe(self._on_broker_configs)
+        self._apply_broker_configs()
         if self.http is not None:
             self.http.quorum_started()
         self.controller_channel = ControllerChannel(
@@ -216,6 +220,7 @@ class Broker:
             name: self.replicas.log_config_for(name) for name in self.image.topics})
         self.log_recovery_s = time.monotonic() - loading
         await asyncio.to_thread(self.replicas.sync_with_image)
+        self.replicas.reconfigure_all()  # a dynamic config may have changed while loading
         self.quorum.state_machine.publishers.remove(held.append)
         for records in held:  # applied while the logs were loading
             self.replicas.on_metadata(records)
@@ -281,6 +286,21 @@ class Broker:
         await self.groups.load_partitions(self.offsets_topic.led_partitions())
         self.groups.drop_offsets_of_deleted_topics(self._topic_exists)
         self.quorum.subscribe(self._on_topic_metadata)
+
+    def _on_broker_configs(self, records: Sequence[MetadataRecord]) -> None:
+        if touches_broker(records, self.node_id):
+            self._apply_broker_configs()
+
+    def _apply_broker_configs(self) -> None:
+        """Take the dynamic broker configs of the image; topics without an override of
+        their own follow the new defaults at once."""
+        if not refresh(self.config, self.image):
+            return
+        log.info("Dynamic broker configs: cluster default %s, broker %d %s",
+                 self.config.dynamic_default, self.node_id, self.config.dynamic_broker)
+        replicas = getattr(self, "replicas", None)  # set once the broker role starts
+        if replicas is not None:
+            replicas.reconfigure_all()
 
     def _topic_exists(self, topic: str) -> bool:
         return topic in self.image.topics

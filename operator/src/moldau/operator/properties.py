@@ -1,13 +1,15 @@
 """server.properties of a node pool: roles, the controller quorum, listeners, storage, and
-the user's `config`. What differs per pod (node.id, advertised addresses) comes from the
-pod itself at start: the ordinal plus MOLDAU_NODE_ID_OFFSET, and KAFKA_ADVERTISED_LISTENERS
-built from the pod's name (see workloads.py)."""
+the user's `config` but for the keys applied without a restart (dynamic_config.py). What
+differs per pod (node.id, advertised addresses) comes from the pod itself at start: the
+ordinal plus MOLDAU_NODE_ID_OFFSET, and KAFKA_ADVERTISED_LISTENERS built from the pod's
+name (see workloads.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
 from moldau.operator import naming
+from moldau.operator.dynamic_config import static_part
 from moldau.operator.spec import (
     CONTROLLER_PORT,
     HTTP_PORT,
@@ -69,7 +71,7 @@ def server_properties(cluster: ClusterSpec, pool: NodePool, bases: Mapping[str, 
         settings["inter.broker.listener.name"] = REPLICATION_LISTENER
     lines = ["# Written by the Moldau operator from the KafkaCluster; edits are overwritten.",
              *(_line(key, value) for key, value in settings.items()),
-             *(_line(key, value) for key, value in sorted(cluster.config.items()))]
+             *(_line(key, value) for key, value in sorted(static_part(cluster.config).items()))]
     return "\n".join(lines) + "\n"
 
 

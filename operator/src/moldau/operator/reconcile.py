@@ -9,7 +9,9 @@
 4. drain brokers that are to go (scaler.py), grow claims (re-creating StatefulSets whose
    claim template changes), apply every object;
 5. clean up removed nodes (unregister, delete claims), rebalance after a pool grew;
-6. restart at most one pod that needs it, when safe (restarts.py, rolling.py);
+6. apply the spec's dynamically updatable config keys to the running brokers
+   (dynamic_config.py), then restart at most one pod that needs it, when safe
+   (restarts.py, rolling.py);
 7. compose the status.
 """
 
@@ -31,6 +33,7 @@ from moldau.operator import live as kube
 from moldau.operator import naming, scaler, services, status
 from moldau.operator.apply import ApplyError, Change, apply_all
 from moldau.operator.clusterstate import Expected, Observed, ObserveError, assess, observe
+from moldau.operator.dynamic_config import apply_dynamic, dynamic_part
 from moldau.operator.external import ExternalAddresses, resolve
 from moldau.operator.kafkaview import KafkaView, read_view
 from moldau.operator.objects import config_hash, desired_objects, owner_reference, with_owner
@@ -53,6 +56,7 @@ from moldau.operator.topics.reconciler import Inventory
 # (reason, message, warning?) -> a Kubernetes Event on the KafkaCluster.
 Report = Callable[[str, str, bool], None]
 STORAGE_RESIZE_FAILED = "StorageResizeFailed"
+DYNAMIC_CONFIG_REFUSED = "DynamicConfigRefused"
 
 
 @dataclass(frozen=True)
@@ -288,6 +292,9 @@ async def _reconcile(client: AsyncClient, plan: PoolPlan, bases: dict[str, int],
                         status.node_ids(cluster, bases, broker=False))
     verdict = assess(expected, observed, error)
 
+    if observed is not None:
+        await _apply_dynamic(admin, cluster, report, day2)
+
     manual_all = is_set(annotations)
     pods = roll_pods(cluster, bases, found, manual_all)
     rebalance = _rebalance_request(cluster, plan, previous)
@@ -377,6 +384,27 @@ async def _reconcile(client: AsyncClient, plan: PoolPlan, bases: dict[str, int],
                               external.bootstrap if external else {},
                               day2.refusals, day2.operations, day2.sizes)
     return Outcome(composed, verdict.ready, verdict.reason, clear_manual)
+
+
+async def _apply_dynamic(admin: AsyncAdmin, cluster: ClusterSpec, report: Report,
+                         day2: Day2) -> None:
+    """The spec's dynamically updatable keys, applied to the running brokers at once (one
+    IncrementalAlterConfigs on the cluster default) rather than by rolling pods."""
+    wanted = dynamic_part(cluster.config)
+    try:
+        applied = await apply_dynamic(admin, cluster.config, API_TIMEOUT)
+    except (KafkaError, OSError) as exc:
+        message = f"dynamic broker configs not applied: {exc}"
+        if isinstance(exc, KafkaError) and exc.retriable is False:
+            day2.refusals.append(Refusal(DYNAMIC_CONFIG_REFUSED, message))
+        else:
+            day2.doing.append(message)
+        day2.operations["dynamicConfig"] = {"clusterDefault": wanted, "message": message}
+        return
+    day2.operations["dynamicConfig"] = {"clusterDefault": wanted}
+    if applied is not None:
+        report("DynamicConfigApplied", "applied to every broker without a restart: "
+                                       f"{applied.describe()}", False)
 
 
 def _report_refusals(refusals: list[Refusal], previous: Mapping[str, Any],

@@ -114,8 +114,9 @@ def compose(cluster: ClusterSpec, generation: int, bases: Mapping[str, int],
     `inventory` the cluster's topics, when read; `external` the external listeners'
     addresses known so far; `refusals` the changes of the spec not applied and why;
     `operations` the day-2 operations under way (roll, rebalance, scaleDown: None when there
-    is none); `pool_sizes` each pool's size as the operator accounts for it (nodes removed
-    but not cleaned up yet count)."""
+    is none) and the dynamic broker configs applied (dynamicConfig); `pool_sizes` each
+    pool's size as the operator accounts for it (nodes removed but not cleaned up yet
+    count)."""
     at = now()
     old = previous.get("conditions") or []
     brokers = node_ids(cluster, bases, broker=True)
@@ -145,7 +146,7 @@ def compose(cluster: ClusterSpec, generation: int, bases: Mapping[str, int],
             spec_applied(refusals, old, at),
         ],
     }
-    for key in ("roll", "rebalance", "scaleDown"):
+    for key in ("roll", "rebalance", "scaleDown", "dynamicConfig"):
         value = (operations or {}).get(key)
         if value is not None or key in previous:
             status[key] = value

@@ -1,4 +1,4 @@
-"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics (and read-only
+"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics and brokers (dynamic
 broker configs), with Kafka's config sources and synonyms."""
 
 from __future__ import annotations
@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from moldau.broker.config import BROKER_CONFIG
+from moldau.broker.dynamic_config import DYNAMIC_BROKER_CONFIGS
 from moldau.broker.handlers.authz import CLUSTER, GROUP, MESSAGES, TOPIC, allowed
 from moldau.broker.handlers.registry import Result, api, respond
 from moldau.broker.log.config import BROKER_SYNONYMS, TOPIC_CONFIG
@@ -40,28 +41,45 @@ def config_refusal(broker: Broker, request: Request, operation: Operation,
 
 # DescribeConfigsResponse config sources.
 TOPIC_CONFIG_SOURCE = 1
+DYNAMIC_BROKER_CONFIG = 2
+DYNAMIC_DEFAULT_BROKER_CONFIG = 3
 STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
 
+# Broker settings that are several names for one value, most specific first (Kafka's
+# DynamicBrokerConfig.brokerConfigSynonyms).
+_SAME_VALUE = [["log.roll.ms", "log.roll.hours"], ["log.roll.jitter.ms", "log.roll.jitter.hours"],
+               ["log.flush.interval.ms", "log.flush.scheduler.interval.ms"],
+               ["log.retention.ms", "log.retention.minutes", "log.retention.hours"]]
 
-def _broker_value(broker: Broker, prop: str) -> tuple[str | None, int]:
-    key = BROKER_CONFIG[prop]
-    source = STATIC_BROKER_CONFIG if prop in broker.config.overrides else DEFAULT_CONFIG
-    return key.render(broker.config[prop]), source
+
+def _broker_names(name: str) -> list[str]:
+    return next((names for names in _SAME_VALUE if name in names), [name])
+
+
+def _synonym_chain(broker: Broker, primary: str, names: list[str]
+                   ) -> list[tuple[str, str | None, int]]:
+    """Kafka's rule: each layer (this broker's dynamic configs, the cluster default,
+    server.properties, Kafka's defaults) lists every name it sets, most specific layer
+    first; leading entries are dropped until `primary` appears. So retention.ms shows
+    nothing when only the derived log.retention.hours default exists."""
+    config = broker.config
+    layers = [(config.dynamic_broker, DYNAMIC_BROKER_CONFIG),
+              (config.dynamic_default, DYNAMIC_DEFAULT_BROKER_CONFIG),
+              (config.overrides, STATIC_BROKER_CONFIG)]
+    chain = [(prop, BROKER_CONFIG[prop].render(values[prop]), source)
+             for values, source in layers for prop in names if prop in values]
+    chain += [(prop, BROKER_CONFIG[prop].render(BROKER_CONFIG[prop].default), DEFAULT_CONFIG)
+              for prop in names if BROKER_CONFIG[prop].default is not None]
+    while chain and chain[0][0] != primary:
+        chain.pop(0)
+    return chain
 
 
 def _broker_synonyms(broker: Broker, name: str) -> list[tuple[str, str | None, int]]:
-    """Kafka's rule: every synonym's value set in server.properties, then every synonym's
-    own default, with leading entries dropped until the primary synonym appears. So
-    retention.ms shows nothing when only the derived log.retention.hours default exists."""
+    """The broker-level chain behind a topic setting."""
     props = BROKER_SYNONYMS[name]
-    chain = [(prop, BROKER_CONFIG[prop].render(broker.config.overrides[prop]),
-              STATIC_BROKER_CONFIG) for prop in props if prop in broker.config.overrides]
-    chain += [(prop, BROKER_CONFIG[prop].render(BROKER_CONFIG[prop].default), DEFAULT_CONFIG)
-              for prop in props if BROKER_CONFIG[prop].default is not None]
-    while chain and chain[0][0] != props[0]:
-        chain.pop(0)
-    return chain
+    return _synonym_chain(broker, props[0], props) if props else []
 
 
 def topic_config_entries(broker: Broker, topic: str, *, keys: Any = None,
@@ -88,16 +106,28 @@ def topic_config_entries(broker: Broker, topic: str, *, keys: Any = None,
     return entries
 
 
-def _broker_config_entries(broker: Broker, keys: Any, documentation: bool
-                           ) -> list[dict[str, Any]]:
+def _broker_config_entries(broker: Broker, keys: Any, synonyms: bool, documentation: bool,
+                           *, cluster_default: bool) -> list[dict[str, Any]]:
+    """A broker's settings with their sources; for the cluster default resource ("") only
+    those the cluster default sets, as Kafka answers."""
     entries = []
     for name, key in sorted(BROKER_CONFIG.keys.items()):
-        if keys and name not in keys:
+        if (keys and name not in keys) or \
+                (cluster_default and name not in broker.config.dynamic_default):
             continue
-        value, source = _broker_value(broker, name)
-        entries.append({"name": name, "value": value, "read_only": True,
-                        "config_source": source, "is_sensitive": key.sensitive,
-                        "config_type": key.type.value, "synonyms": [],
+        chain = _synonym_chain(broker, name, [n for n in _broker_names(name)
+                                              if n in BROKER_CONFIG])
+        if cluster_default:
+            chain = [link for link in chain if link[2] == DYNAMIC_DEFAULT_BROKER_CONFIG]
+            value = key.render(broker.config.dynamic_default[name])
+        else:
+            value = key.render(broker.config[name])
+        entries.append({"name": name, "value": value,
+                        "read_only": name not in DYNAMIC_BROKER_CONFIGS,
+                        "config_source": chain[0][2] if chain else DEFAULT_CONFIG,
+                        "is_sensitive": key.sensitive, "config_type": key.type.value,
+                        "synonyms": [{"name": n, "value": v, "source": src}
+                                     for n, v, src in chain] if synonyms else [],
                         "documentation": key.doc if documentation else None})
     return entries
 
@@ -127,7 +157,9 @@ async def handle_describe_configs(broker: Broker, request: Request) -> Result:
                               error_message=f"Topic {resource.resource_name} does not exist")
         elif resource.resource_type == BROKER_RESOURCE and \
                 resource.resource_name in ("", str(broker.node_id)):
-            result["configs"] = _broker_config_entries(broker, keys, documentation)
+            result["configs"] = _broker_config_entries(
+                broker, keys, synonyms, documentation,
+                cluster_default=resource.resource_name == "")
         else:
             result.update(error_code=ErrorCode.invalid_request,
                           error_message=f"Unsupported resource {resource.resource_type} "

@@ -17,6 +17,12 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from moldau.broker.config import BROKER_CONFIG
+from moldau.broker.dynamic_config import (
+    CLUSTER_DEFAULT,
+    check_broker_configs,
+    check_broker_resource,
+)
 from moldau.broker.log.config import TOPIC_CONFIG
 from moldau.broker.metadata.acls import acl_of, plan_creations, plan_deletions
 from moldau.broker.metadata.image import BrokerRegistration
@@ -55,7 +61,7 @@ from moldau.broker.metadata.records import (
 )
 from moldau.broker.metadata.scram_users import ScramChange, plan_changes
 from moldau.broker.security.acl import Acl, AclFilter
-from moldau.config import ConfigError, ConfigType
+from moldau.config import ConfigDef, ConfigError, ConfigType
 from moldau.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("moldau.broker.controller")
@@ -113,6 +119,37 @@ class ConfigChange:
     op: int = 0
 
 
+def _apply_change(target: dict[str, str], change: ConfigChange, incremental: bool,
+                  definitions: ConfigDef, kind: str) -> None:
+    if change.name not in definitions:
+        raise KafkaError(ErrorCode.invalid_config,
+                         f"Unknown {kind} config name: {change.name}")
+    if not incremental or change.op == 0:
+        if change.value is None:
+            raise KafkaError(ErrorCode.invalid_request,
+                             f"Null value not supported for : {change.name}")
+        target[change.name] = change.value
+    elif change.op == 1:
+        target.pop(change.name, None)
+    elif change.op in (2, 3):
+        key = definitions[change.name]
+        if key.type is not ConfigType.LIST:
+            raise KafkaError(ErrorCode.invalid_config,
+                             f"Config value append is not allowed for config key: "
+                             f"{change.name}")
+        # With no override, Kafka appends to (or subtracts from) the config's default.
+        current = target.get(change.name, key.render(key.default) or "")
+        items = [item for item in current.split(",") if item]
+        given = [item for item in (change.value or "").split(",") if item]
+        if change.op == 2:
+            items += [item for item in given if item not in items]
+        else:
+            items = [item for item in items if item not in given]
+        target[change.name] = ",".join(items)
+    else:
+        raise KafkaError(ErrorCode.invalid_request, f"Unknown operation {change.op}")
+
+
 class Controller:
     """The controller's decisions. Only the active controller (the quorum leader, caught up)
     commits; elsewhere every change raises NOT_CONTROLLER."""
@@ -167,9 +204,13 @@ class Controller:
 
     def _unclean_allowed(self, topic_id: uuid.UUID) -> bool:
         topic = self.image.topics_by_id.get(topic_id)
+        # The topic's own setting, else the cluster's dynamic default, else this node's file.
         value = self.image.topic_configs(topic.name).get("unclean.leader.election.enable") \
             if topic is not None else None
-        return self.unclean_leader_election if value is None else value == "true"
+        if value is None:
+            value = self.image.configs.get((BROKER_RESOURCE, CLUSTER_DEFAULT), {}).get(
+                "unclean.leader.election.enable")
+        return self.unclean_leader_election if value is None else value.lower() == "true"
 
     def _sessions(self) -> dict[int, float]:
         """Sessions restart whenever this node (again) becomes the active controller: every
@@ -581,59 +622,35 @@ class Controller:
                             validate_only: bool) -> None:
         async with self._lock:
             if resource_type == BROKER_RESOURCE:
-                raise KafkaError(ErrorCode.invalid_request,
-                                 "Dynamic broker configs are not supported; set them in "
-                                 "server.properties")
-            if resource_type != TOPIC_RESOURCE:
+                check_broker_resource(resource_name)
+                definitions, kind = BROKER_CONFIG, "broker"
+            elif resource_type == TOPIC_RESOURCE:
+                if resource_name not in self.image.topics:
+                    raise KafkaError(ErrorCode.unknown_topic_or_partition,
+                                     f"Topic {resource_name} does not exist")
+                definitions, kind = TOPIC_CONFIG, "topic"
+            else:
                 raise KafkaError(ErrorCode.invalid_request,
                                  f"Unsupported resource type {resource_type}")
-            if resource_name not in self.image.topics:
-                raise KafkaError(ErrorCode.unknown_topic_or_partition,
-                                 f"Topic {resource_name} does not exist")
-            current = dict(self.image.topic_configs(resource_name))
+            current = dict(self.image.configs.get((resource_type, resource_name), {}))
             target = dict(current) if incremental else {}
             for change in changes:
-                self._apply_change(target, change, incremental)
-            self._check_configs(target)
+                _apply_change(target, change, incremental, definitions, kind)
+            if resource_type == BROKER_RESOURCE:
+                check_broker_configs(target)
+            else:
+                self._check_configs(target)
             records: list[MetadataRecord] = [
-                ConfigRecord(TOPIC_RESOURCE, resource_name, name, target.get(name))
+                ConfigRecord(resource_type, resource_name, name, target.get(name))
                 for name in sorted(set(current) | set(target))
                 if current.get(name) != target.get(name)]
             if not validate_only:
                 await self._commit(records)
                 if records:
-                    log.info("Altered configs of topic %s: %s", resource_name,
+                    what = (f"topic {resource_name}" if kind == "topic" else
+                            f"broker {resource_name}" if resource_name else "the cluster default")
+                    log.info("Altered configs of %s: %s", what,
                              {r.name: r.value for r in records if isinstance(r, ConfigRecord)})
-
-    @staticmethod
-    def _apply_change(target: dict[str, str], change: ConfigChange, incremental: bool) -> None:
-        if change.name not in TOPIC_CONFIG:
-            raise KafkaError(ErrorCode.invalid_config,
-                             f"Unknown topic config name: {change.name}")
-        if not incremental or change.op == 0:
-            if change.value is None:
-                raise KafkaError(ErrorCode.invalid_request,
-                                 f"Null value not supported for : {change.name}")
-            target[change.name] = change.value
-        elif change.op == 1:
-            target.pop(change.name, None)
-        elif change.op in (2, 3):
-            if TOPIC_CONFIG[change.name].type is not ConfigType.LIST:
-                raise KafkaError(ErrorCode.invalid_config,
-                                 f"Config value append is not allowed for config key: "
-                                 f"{change.name}")
-            # With no override, Kafka appends to (or subtracts from) the config's default.
-            key = TOPIC_CONFIG[change.name]
-            current = target.get(change.name, key.render(key.default) or "")
-            items = [item for item in current.split(",") if item]
-            given = [item for item in (change.value or "").split(",") if item]
-            if change.op == 2:
-                items += [item for item in given if item not in items]
-            else:
-                items = [item for item in items if item not in given]
-            target[change.name] = ",".join(items)
-        else:
-            raise KafkaError(ErrorCode.invalid_request, f"Unknown operation {change.op}")
 
     # --- producer ids --------------------------------------------------------------------
 

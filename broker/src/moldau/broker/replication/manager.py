@@ -363,6 +363,13 @@ class ReplicaManager(LeaderAppends):
         if topic in self.image.topics:
             self.logs.update_config(topic, self.log_config_for(topic))
 
+    def reconfigure_all(self) -> None:
+        """After a change of the broker's defaults (dynamic broker configs): every topic's
+        effective settings again."""
+        self.logs.default_config = self.config.log_config({})
+        for topic in list(self.image.topics):
+            self._reconfigure(topic)
+
     def _notify(self, partition: Partition, is_leader: bool) -> None:
         for callback in self._listeners:
             try:
