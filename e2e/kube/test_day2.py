@@ -43,6 +43,8 @@ pytestmark = [pytest.mark.kube, pytest.mark.timeout(3600)]
 CLUSTER = "kc"
 CONFIG = {"default.replication.factor": "3", "min.insync.replicas": "2",
           "offsets.topic.replication.factor": "3", "num.partitions": "3"}
+# A change brokers take only at start (log.retention.* would apply without a restart).
+ROLL_CONFIG = {"offsets.retention.minutes": "10081"}
 ROLL_TIMEOUT = 900.0
 MANUAL = "moldau.io/manual-rolling-update"
 
@@ -158,7 +160,7 @@ def test_a_config_change_rolls_every_pod_under_load_losing_and_duplicating_nothi
     load, watch = under_load(bootstrap, unique("roll"))
     before = uids(kube, namespace)
     started = time.monotonic()
-    kube.apply(manifest(storage_class, config={"log.retention.hours": "170"}), namespace)
+    kube.apply(manifest(storage_class, config=ROLL_CONFIG), namespace)
     order = wait_roll(kube, namespace, before, 4)
     print(f"rolling 4 pods under load: {time.monotonic() - started:.0f} s, order {order}")
     assert_nothing_lost(load, watch)
@@ -200,7 +202,7 @@ def test_three_to_five_brokers_rebalances_replicas_and_leaderships(
     records = make_records(60, partitions=12)
     kp_produce(bootstrap, topic, records, acks="all")
     started = time.monotonic()
-    kube.apply(manifest(storage_class, brokers=5, config={"log.retention.hours": "170"}),
+    kube.apply(manifest(storage_class, brokers=5, config=ROLL_CONFIG),
                namespace)
     poll(lambda: (status(kube, namespace, CLUSTER).get("rebalance") or {}).get("state")
          == "Complete", ROLL_TIMEOUT, "the rebalance",
@@ -238,7 +240,7 @@ def test_five_to_three_brokers_drains_first_and_loses_nothing(
     watcher.start()
     started = time.monotonic()
     kube.apply(manifest(storage_class, brokers=3, delete_claim=True,
-                        config={"log.retention.hours": "170"}), namespace)
+                        config=ROLL_CONFIG), namespace)
     poll(lambda: [p.get("replicas") for p in status(kube, namespace, CLUSTER)["nodePools"]
                   if p["name"] == "brokers"] == [3], ROLL_TIMEOUT, "brokers 103, 104 removed",
          lambda: json.dumps(status(kube, namespace, CLUSTER).get("scaleDown"), indent=1))
@@ -266,7 +268,7 @@ def test_a_drain_that_cannot_complete_is_refused_and_nothing_is_removed(
         kube: Cluster, namespace: str, storage_class: str, bootstrap: str) -> None:
     before = uids(kube, namespace)
     kube.apply(manifest(storage_class, brokers=2, delete_claim=True,
-                        config={"log.retention.hours": "170"}), namespace)
+                        config=ROLL_CONFIG), namespace)
     found = poll(lambda: (s := status(kube, namespace, CLUSTER)) and
                  condition(s, "SpecApplied").get("reason") == "DrainNotPossible" and s,
                  180, "the refusal")
@@ -280,7 +282,7 @@ def test_a_drain_that_cannot_complete_is_refused_and_nothing_is_removed(
     assert uids(kube, namespace) == before
     assert "DrainNotPossible" in events(kube, namespace)
     kube.apply(manifest(storage_class, brokers=3, delete_claim=True,
-                        config={"log.retention.hours": "170"}), namespace)
+                        config=ROLL_CONFIG), namespace)
     poll(lambda: condition(status(kube, namespace, CLUSTER), "SpecApplied").get("status")
          == "True", 120, "SpecApplied again")
 
@@ -290,7 +292,7 @@ def test_storage_grows_without_a_restart_and_never_shrinks(
     before = uids(kube, namespace)
     sts = kube.get_json("-n", namespace, "statefulset", "kc-brokers")["metadata"]["uid"]
     kube.apply(manifest(storage_class, brokers=3, size="200Mi", delete_claim=True,
-                        config={"log.retention.hours": "170"}), namespace)
+                        config=ROLL_CONFIG), namespace)
 
     def grown() -> bool:
         claims = kube.get_json("-n", namespace, "pvc", "-l",
@@ -317,7 +319,7 @@ def test_storage_grows_without_a_restart_and_never_shrinks(
 def test_a_controller_pool_change_is_refused_with_a_reason(
         kube: Cluster, namespace: str, storage_class: str, bootstrap: str) -> None:
     kube.apply(manifest(storage_class, brokers=3, controllers=3, size="200Mi",
-                        delete_claim=True, config={"log.retention.hours": "170"}), namespace)
+                        delete_claim=True, config=ROLL_CONFIG), namespace)
     found = poll(lambda: (s := status(kube, namespace, CLUSTER)) and
                  condition(s, "SpecApplied").get("reason") == "ControllerPoolChange" and s,
                  120, "the refusal")
@@ -365,7 +367,7 @@ def test_controllers_after_brokers_the_active_one_last_across_an_operator_restar
     before = uids(kube, namespace, name)
     watch = UidWatch(kube, namespace, name)
     kube.apply(manifest(storage_class, name=name, controllers=3,
-                        config={"log.retention.hours": "170"}), namespace)
+                        config=ROLL_CONFIG), namespace)
     poll(lambda: restarted_in_order(kube, namespace, before, name), ROLL_TIMEOUT,
          "a first restart")
     # The operator goes away mid-roll; another one finds the roll in the pods.

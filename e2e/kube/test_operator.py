@@ -202,12 +202,14 @@ def test_the_operator_rides_out_the_api_server_going_away(kube: Cluster, namespa
     restart_api_server(kube, down_seconds=20)
     assert operator.alive()
     manifest = cluster_manifest("kc", storage_class, brokers=2,
-                                config={"num.partitions": "3", "log.retention.hours": "100"})
+                                config={"num.partitions": "3",
+                                        "offsets.retention.minutes": "10000"})
     kube.apply(json.dumps(manifest), namespace)
     generation = kube.get_json("-n", namespace, "kafkacluster", "kc")["metadata"]["generation"]
     wait_ready(kube, namespace, "kc", generation, brokers="2/2")
     config = kube.get_json("-n", namespace, "configmap", "kc-brokers-config")
-    assert "log.retention.hours=100" in config["data"]["server.properties"].splitlines()
+    assert "offsets.retention.minutes=10000" in \
+        config["data"]["server.properties"].splitlines()
     assert operator.alive() and operator.get("/healthz") == 200
 
 
