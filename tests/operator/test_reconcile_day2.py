@@ -240,6 +240,15 @@ def test_a_dynamic_config_change_is_applied_without_a_restart(
                        == ("3600000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
                        for r in resources)
         wait_until(everywhere, 30, "every broker to apply the cluster default")
+    # Keys gone from the spec are deleted from the cluster default (and the next tests start
+    # from Kafka's defaults again, min.insync.replicas 1 among them).
+    operator.until(spec(config=RESTART_CONFIG), lambda s: settled(s) and (
+        s.get("dynamicConfig") or {}).get("clusterDefault") == {}, 120,
+        "the dynamic config removed")
+    assert kube.restarted[before:] == []
+    with Admin({"bootstrap.servers": local.bootstrap_servers}) as admin:
+        found = admin.describe_configs([ConfigResource.broker("")])
+        assert found[ConfigResource.broker("")] == {}
 
 
 def test_controller_changes_and_shrinking_storage_are_refused(
