@@ -26,9 +26,12 @@ def kafka_broker_keys() -> frozenset[str]:
                      if line.strip() and not line.startswith("#"))
 
 
-# The replication throttle rates (KIP-73) that `kafka-reassign-partitions --throttle` sets.
+# The throttle rates `kafka-reassign-partitions` sets (--throttle, KIP-73, and
+# --replica-alter-log-dirs-throttle) and clears (--verify). Moldau moves no replica between
+# log directories, so the last is stored and shown only.
 REPLICATION_THROTTLE_RATES = frozenset({
-    "leader.replication.throttled.rate", "follower.replication.throttled.rate"})
+    "leader.replication.throttled.rate", "follower.replication.throttled.rate",
+    "replica.alter.log.dirs.io.max.bytes.per.second"})
 
 # Broker settings Moldau applies without a restart when set as dynamic broker configs
 # (IncrementalAlterConfigs on a BROKER resource): the broker-level defaults of the topic

@@ -113,6 +113,9 @@ BROKER_CONFIG = ConfigDef([
               "broker serves to followers of throttled replicas", at_least(0)),
     ConfigKey("follower.replication.throttled.rate", T.LONG, LONG_MAX, "Bytes per second this "
               "broker fetches for throttled replicas it follows", at_least(0)),
+    ConfigKey("replica.alter.log.dirs.io.max.bytes.per.second", T.LONG, LONG_MAX, "Bytes "
+              "per second of moving replicas between log directories (stored; Moldau moves "
+              "no replicas between log directories)", at_least(0)),
     ConfigKey("replication.quota.window.num", T.INT, 11, "Windows the replication rate is "
               "measured over", at_least(1)),
     ConfigKey("replication.quota.window.size.seconds", T.INT, 1, "Length of one replication "
