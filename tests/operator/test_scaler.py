@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 import pytest
-from cluster_admin import TIMEOUT, with_admin
 
 from e2e.conftest import FAST_FAILOVER
 from e2e.support import ck_consume_all, ck_producer, unique, wait_until
@@ -34,6 +33,7 @@ from moldau.operator.scaler import (
     scale_up_request,
     unregister,
 )
+from tests.operator.cluster_admin import TIMEOUT, with_admin
 
 pytestmark = pytest.mark.timeout(900)
 T = TypeVar("T")

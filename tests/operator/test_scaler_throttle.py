@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from typing import TypeVar
 
 import pytest
-from cluster_admin import TIMEOUT, with_admin
 
 from e2e.support import ck_producer, unique, wait_until
 from moldau.client.admin import AsyncAdmin, ConfigResource, ConfigSource, NewTopic
@@ -23,6 +22,7 @@ from moldau.operator.kafkaview import read_view
 from moldau.operator.pools import ScaleDown
 from moldau.operator.scaler import COMPLETE, MOVING, drain_step, rebalance_step
 from moldau.operator.throttle import FOLLOWER_REPLICAS, LEADER_REPLICAS, RATES
+from tests.operator.cluster_admin import TIMEOUT, with_admin
 
 pytestmark = pytest.mark.timeout(600)
 T = TypeVar("T")
