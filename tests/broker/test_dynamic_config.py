@@ -6,6 +6,7 @@ from moldau.broker.dynamic_config import DYNAMIC_BROKER_CONFIGS, refresh, touche
 from moldau.broker.log.config import BROKER_SYNONYMS
 from moldau.broker.metadata.image import MetadataImage
 from moldau.broker.metadata.records import BROKER_RESOURCE, TOPIC_RESOURCE, ConfigRecord
+from moldau.config import REPLICATION_THROTTLE_RATES
 
 
 def image_with(*records: ConfigRecord) -> MetadataImage:
@@ -56,9 +57,10 @@ def test_which_batches_touch_this_broker():
 
 def test_the_dynamic_keys_are_the_topic_defaults_moldau_applies():
     """Every broker name of a topic setting's default, except those Moldau stores but does
-    not act on yet (broker-side recompression levels, tiered storage)."""
+    not act on yet (broker-side recompression levels, tiered storage), and the replication
+    throttle rates."""
     not_applied = {"compression.gzip.level", "compression.lz4.level", "compression.zstd.level",
                    "log.local.retention.bytes", "log.local.retention.ms"}
     synonyms = {prop for props in BROKER_SYNONYMS.values() for prop in props}
     applied = {prop for prop in synonyms if prop in BROKER_CONFIG and prop not in not_applied}
-    assert applied == DYNAMIC_BROKER_CONFIGS
+    assert applied | REPLICATION_THROTTLE_RATES == DYNAMIC_BROKER_CONFIGS

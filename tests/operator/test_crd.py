@@ -153,3 +153,7 @@ def test_storage_only_grows_and_rebalancing_on_scale_is_on_by_default(crd: dict)
     assert size["maxLength"] == 32
     assert spec["rebalanceOnScale"] == {**spec["rebalanceOnScale"], "type": "boolean",
                                         "default": True}
+    # Unthrottled unless set, and then at least one byte per second.
+    assert spec["replicationThrottle"] == {**spec["replicationThrottle"], "type": "integer",
+                                           "minimum": 1}
+    assert "default" not in spec["replicationThrottle"]

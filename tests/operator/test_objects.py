@@ -202,12 +202,22 @@ def test_node_id_ranges_stay_when_pools_are_added_in_front() -> None:
      "listener 'plain': port 9404 is taken by metrics and health"),
     ({"listeners": [{"name": "ext", "port": 9094, "type": "loadbalancer"}]},
      "no internal listener: clients in the cluster need one"),
+    ({"replicationThrottle": 0},
+     "replicationThrottle must be at least 1 byte per second, not 0"),
 ])
 def test_specs_the_schema_lets_through_are_refused_with_a_reason(change: dict,
                                                                  message: str) -> None:
     with pytest.raises(SpecError) as raised:
         cluster({**SPEC, **change})
     assert message in str(raised.value).split("; ")
+
+
+def test_the_replication_throttle_is_a_number_of_bytes_per_second() -> None:
+    assert cluster().replication_throttle is None
+    assert cluster({**SPEC, "replicationThrottle": 10485760}).replication_throttle == 10485760
+    with pytest.raises(SpecError, match="replicationThrottle must be a number of bytes per "
+                                        "second, not 'fast'"):
+        cluster({**SPEC, "replicationThrottle": "fast"})
 
 
 def test_statefulset_names_leave_room_for_the_revision_label() -> None:

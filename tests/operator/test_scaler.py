@@ -8,10 +8,9 @@ the megabytes node 4 holds), printed per GB."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 import pytest
@@ -34,10 +33,10 @@ from moldau.operator.scaler import (
     scale_up_request,
     unregister,
 )
+from tests.operator.cluster_admin import TIMEOUT, with_admin
 
 pytestmark = pytest.mark.timeout(900)
 T = TypeVar("T")
-TIMEOUT = 15.0
 DRAIN_MB = int(os.environ.get("MOLDAU_DRAIN_MB", "64"))
 VALUE = b"x" * 100_000
 
@@ -47,17 +46,6 @@ def four(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     with LocalCluster(tmp_path_factory.mktemp("scaler") / "cluster", brokers=4, voters=3,
                       base_port=free_base_port(4), overrides=FAST_FAILOVER) as local:
         yield local
-
-
-def with_admin(cluster: LocalCluster, scenario: Callable[[AsyncAdmin], Awaitable[T]]) -> T:
-    async def main() -> T:
-        admin = AsyncAdmin({"bootstrap.servers": cluster.bootstrap_servers,
-                            "default.api.timeout.ms": int(TIMEOUT * 1000)})
-        try:
-            return await scenario(admin)
-        finally:
-            await admin.close()
-    return asyncio.run(main())
 
 
 def view_of(cluster: LocalCluster) -> KafkaView:

@@ -26,10 +26,17 @@ def kafka_broker_keys() -> frozenset[str]:
                      if line.strip() and not line.startswith("#"))
 
 
+# The throttle rates `kafka-reassign-partitions` sets (--throttle, KIP-73, and
+# --replica-alter-log-dirs-throttle) and clears (--verify). Moldau moves no replica between
+# log directories, so the last is stored and shown only.
+REPLICATION_THROTTLE_RATES = frozenset({
+    "leader.replication.throttled.rate", "follower.replication.throttled.rate",
+    "replica.alter.log.dirs.io.max.bytes.per.second"})
+
 # Broker settings Moldau applies without a restart when set as dynamic broker configs
 # (IncrementalAlterConfigs on a BROKER resource): the broker-level defaults of the topic
-# settings it implements. Shared by the broker, which accepts only these, and the operator,
-# which applies changes of these without rolling pods.
+# settings it implements, and the replication throttle rates. Shared by the broker, which
+# accepts only these, and the operator, which applies changes of these without rolling pods.
 DYNAMIC_BROKER_KEYS = frozenset({
     "compression.type", "log.cleaner.delete.retention.ms", "log.cleaner.max.compaction.lag.ms",
     "log.cleaner.min.cleanable.ratio", "log.cleaner.min.compaction.lag.ms",
@@ -40,7 +47,7 @@ DYNAMIC_BROKER_KEYS = frozenset({
     "log.retention.hours", "log.retention.minutes", "log.retention.ms", "log.roll.hours",
     "log.roll.jitter.hours", "log.roll.jitter.ms", "log.roll.ms", "log.segment.bytes",
     "log.segment.delete.delay.ms", "message.max.bytes", "min.insync.replicas",
-    "unclean.leader.election.enable"})
+    "unclean.leader.election.enable"}) | REPLICATION_THROTTLE_RATES
 
 
 class ConfigError(ValueError):

@@ -107,6 +107,19 @@ BROKER_CONFIG = ConfigDef([
     ConfigKey("replica.fetch.backoff.ms", T.INT, 1000, "Follower back-off after a fetch error",
               at_least(0)),
     ConfigKey("replica.socket.timeout.ms", T.INT, 30000, "Follower request timeout"),
+    # Replication throttling (KIP-73), for the replicas topics name in
+    # leader/follower.replication.throttled.replicas.
+    ConfigKey("leader.replication.throttled.rate", T.LONG, LONG_MAX, "Bytes per second this "
+              "broker serves to followers of throttled replicas", at_least(0)),
+    ConfigKey("follower.replication.throttled.rate", T.LONG, LONG_MAX, "Bytes per second this "
+              "broker fetches for throttled replicas it follows", at_least(0)),
+    ConfigKey("replica.alter.log.dirs.io.max.bytes.per.second", T.LONG, LONG_MAX, "Bytes "
+              "per second of moving replicas between log directories (stored; Moldau moves "
+              "no replicas between log directories)", at_least(0)),
+    ConfigKey("replication.quota.window.num", T.INT, 11, "Windows the replication rate is "
+              "measured over", at_least(1)),
+    ConfigKey("replication.quota.window.size.seconds", T.INT, 1, "Length of one replication "
+              "rate window", at_least(1)),
     ConfigKey("num.replica.fetchers", T.INT, 1, "Fetcher connections per source broker",
               at_least(1)),
     ConfigKey("replica.high.watermark.checkpoint.interval.ms", T.LONG, 5000, "High watermark "

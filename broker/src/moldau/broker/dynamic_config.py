@@ -4,7 +4,8 @@ They are set with AlterConfigs / IncrementalAlterConfigs on BROKER resources and
 ConfigRecords in the metadata log: the resource "" is the cluster-wide default, a broker id
 that broker's own layer. Per key, a broker's own value wins over the cluster default, which
 wins over server.properties. Only settings Moldau applies without a restart are accepted:
-the broker-level defaults of topic settings (log.retention.*, log.segment.bytes, ...).
+the broker-level defaults of topic settings (log.retention.*, log.segment.bytes, ...) and
+the replication throttle rates (leader/follower.replication.throttled.rate).
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from moldau.config import DYNAMIC_BROKER_KEYS, ConfigError, kafka_broker_keys
 from moldau.errors import ErrorCode, KafkaError
 
 # Every broker property that supplies a topic's default (Kafka's DynamicLogConfig set), as
-# far as Moldau applies it: a topic without its own override follows the new value at once.
+# far as Moldau applies it: a topic without its own override follows the new value at once;
+# and the replication throttle rates, read at each quota check.
 # tests/broker/test_dynamic_config.py keeps the list in step with the topic settings.
 DYNAMIC_BROKER_CONFIGS: frozenset[str] = DYNAMIC_BROKER_KEYS
 

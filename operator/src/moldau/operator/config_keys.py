@@ -11,12 +11,14 @@ from __future__ import annotations
 import difflib
 from collections.abc import Mapping
 
-from moldau.config import kafka_broker_keys
+from moldau.config import REPLICATION_THROTTLE_RATES, kafka_broker_keys
 
-# Settings the broker defines that Kafka does not.
+# Settings the broker defines that Kafka's broker config list does not.
 MOLDAU_ONLY_KEYS = frozenset({"http.listener", "leader.imbalance.per.broker.percentage",
                               # the StandardAuthorizer's, which Kafka's broker list lacks
-                              "super.users", "allow.everyone.if.no.acl.found"})
+                              "super.users", "allow.everyone.if.no.acl.found"}
+                             # Kafka's dynamic-only broker settings (its quota configs)
+                             ) | REPLICATION_THROTTLE_RATES
 # The operator writes these from the spec (node pools, listeners, storage).
 OPERATOR_KEYS = frozenset({
     "node.id", "broker.id", "process.roles", "controller.quorum.voters",

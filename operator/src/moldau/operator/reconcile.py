@@ -305,7 +305,7 @@ async def _reconcile(client: AsyncClient, plan: PoolPlan, bases: dict[str, int],
     # Drains first: a pool shrinks only once its leaving brokers hold nothing.
     try:
         drains = await scaler.drain_step(admin, view, plan.scale_downs, expected.brokers,
-                                         API_TIMEOUT)
+                                         API_TIMEOUT, cluster.replication_throttle)
     except (KafkaError, OSError) as exc:
         drains = scaler.Drains()
         day2.doing.append(f"draining: the cluster did not answer: {exc}")
@@ -346,8 +346,9 @@ async def _reconcile(client: AsyncClient, plan: PoolPlan, bases: dict[str, int],
         if busy and not any(pod.stale for pod in pods):
             brokers = sorted(expected.brokers)
             try:
-                rebalance, events = await scaler.rebalance_step(admin, view, rebalance,
-                                                                brokers, API_TIMEOUT)
+                rebalance, events = await scaler.rebalance_step(
+                    admin, view, rebalance, brokers, API_TIMEOUT,
+                    cluster.replication_throttle)
             except (KafkaError, OSError) as exc:
                 rebalance["message"] = f"the cluster did not answer: {exc}"
                 events = []

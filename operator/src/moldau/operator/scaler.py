@@ -9,6 +9,9 @@
 - rebalance: after a pool grew (rebalanceOnScale), partitions move until replicas and
   leaderships are balanced (balance.py), then preferred leaders are elected.
 
+With spec.replicationThrottle, the moves of both are throttled (throttle.py): set before
+they start, cleared once nothing moves.
+
 What a step did or waits for comes back as a status entry and Events; nothing is kept in
 memory, so an operator restarted in the middle carries on from the cluster and the status.
 """
@@ -27,6 +30,7 @@ from moldau.operator.balance import balance, leader_counts, replica_counts
 from moldau.operator.drain import drain, drain_refusal, holding
 from moldau.operator.kafkaview import KafkaView
 from moldau.operator.pools import Refusal, ScaleDown
+from moldau.operator.throttle import clear_throttle, throttle_moves
 
 DRAIN_NOT_POSSIBLE = "DrainNotPossible"
 PENDING, MOVING, COMPLETE = "Pending", "Moving", "Complete"
@@ -46,9 +50,11 @@ class Drains:
     events: list[Event] = field(default_factory=list)
 
 
-async def _move(admin: AsyncAdmin, targets: Mapping[tuple[str, int], Sequence[int]],
+async def _move(admin: AsyncAdmin, assignment: Mapping[tuple[str, int], Sequence[int]],
+                targets: Mapping[tuple[str, int], Sequence[int]], throttle: int | None,
                 timeout: float) -> list[str]:
-    """Start the moves; the errors of those that did not start."""
+    """Start the moves, throttled if asked; the errors of those that did not start."""
+    await throttle_moves(admin, assignment, targets, throttle, timeout)
     answers = await admin.alter_partition_reassignments_each(
         {TopicPartition(topic, p): list(replicas) for (topic, p), replicas in targets.items()},
         timeout=timeout)
@@ -88,11 +94,17 @@ async def _logs_left(admin: AsyncAdmin, brokers: Iterable[int], timeout: float
     return left
 
 
+async def _moves_done(admin: AsyncAdmin, view: KafkaView, timeout: float) -> None:
+    """Nothing moves: the throttle of the moves (if any is left) goes."""
+    await clear_throttle(admin, view.brokers, {topic for topic, _ in view.assignment()},
+                         timeout)
+
+
 async def drain_step(admin: AsyncAdmin, view: KafkaView | None,
                      scale_downs: Sequence[ScaleDown], expected: Iterable[int],
-                     timeout: float) -> Drains:
+                     timeout: float, throttle: int | None = None) -> Drains:
     """One step of each pool's drain. `expected`: the broker ids of the cluster as it runs
-    (the leaving ones included)."""
+    (the leaving ones included); `throttle`: bytes per second for the moves."""
     out = Drains()
     if not scale_downs:
         return out
@@ -118,7 +130,7 @@ async def drain_step(admin: AsyncAdmin, view: KafkaView | None,
                     entry.update(phase="Refused", message=refused)
                     continue
                 targets = drain(assignment, down.leaving, remaining, view.racks)
-                errors = await _move(admin, targets, timeout)
+                errors = await _move(admin, assignment, targets, throttle, timeout)
                 moving = len(targets) - len(errors)
                 out.events.append(("DrainStarted", (
                     f"moving {len(targets)} partitions off brokers {_ids(down.leaving)} of "
@@ -128,6 +140,8 @@ async def drain_step(admin: AsyncAdmin, view: KafkaView | None,
                 f"brokers {_ids(down.leaving)} hold {sum(held.values())} replicas; "
                 f"{moving} partition move(s) under way"))
             continue
+        if not view.moving:
+            await _moves_done(admin, view, timeout)
         logs = await _logs_left(admin, down.leaving, timeout)
         if logs:
             entry.update(phase="Draining", message=(
@@ -171,8 +185,10 @@ def scale_up_request(added: Mapping[str, Sequence[int]]) -> dict[str, Any]:
 
 async def rebalance_step(admin: AsyncAdmin, view: KafkaView | None,
                          state: Mapping[str, Any], brokers: Sequence[int],
-                         timeout: float) -> tuple[dict[str, Any], list[Event]]:
-    """One step of a pending rebalance over `brokers`; (the new status entry, Events)."""
+                         timeout: float, throttle: int | None = None
+                         ) -> tuple[dict[str, Any], list[Event]]:
+    """One step of a pending rebalance over `brokers`, its moves throttled to `throttle`
+    bytes per second if given; (the new status entry, Events)."""
     entry = dict(state)
     if entry.get("state") not in (PENDING, MOVING):
         return entry, []
@@ -189,7 +205,7 @@ async def rebalance_step(admin: AsyncAdmin, view: KafkaView | None,
     assignment = view.assignment()
     targets = balance(assignment, brokers, view.racks)
     if targets:
-        errors = await _move(admin, targets, timeout)
+        errors = await _move(admin, assignment, targets, throttle, timeout)
         entry.update(state=MOVING, message=(
             f"moving {len(targets) - len(errors)} partitions: "
             f"{balance_summary(assignment, brokers)} before"))
@@ -197,6 +213,7 @@ async def rebalance_step(admin: AsyncAdmin, view: KafkaView | None,
             f"moving {len(targets)} partitions to balance replicas and leaderships over "
             f"brokers {_ids(brokers)}" + (f"; refused: {'; '.join(errors[:3])}" if errors
                                          else "")), bool(errors))]
+    await _moves_done(admin, view, timeout)
     await _elect_preferred(admin, view, _not_leading(assignment, view), timeout)
     summary = balance_summary(assignment, brokers)
     entry.update(state=COMPLETE, message=f"balanced: {summary}")

@@ -86,6 +86,8 @@ class ClusterSpec:
     metrics: bool = True
     # After a broker pool grows, move partitions until brokers are balanced.
     rebalance_on_scale: bool = True
+    # Bytes per second for the partition moves of drains and rebalances (None: unthrottled).
+    replication_throttle: int | None = None
 
     @property
     def controller_pools(self) -> tuple[NodePool, ...]:
@@ -115,6 +117,16 @@ def _duplicates(values: list[Any]) -> list[Any]:
     return sorted({value for value in values if values.count(value) > 1}, key=str)
 
 
+def _throttle(value: Any) -> int | None:
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise SpecError(f"replicationThrottle must be a number of bytes per second, "
+                        f"not {value!r}") from None
+
+
 def broker_image(spec: Mapping[str, Any], default_image: str) -> str:
     """spec.image, else the default image at spec.version's tag, else the default image."""
     if spec.get("image"):
@@ -139,7 +151,8 @@ def parse_spec(name: str, namespace: str, spec: Mapping[str, Any],
         pools=pools, listeners=listeners, config=config,
         rack_topology_key=(spec.get("rack") or {}).get("topologyKey"),
         metrics=bool((spec.get("metrics") or {}).get("enabled", True)),
-        rebalance_on_scale=bool(spec.get("rebalanceOnScale", True)))
+        rebalance_on_scale=bool(spec.get("rebalanceOnScale", True)),
+        replication_throttle=_throttle(spec.get("replicationThrottle")))
     problems = spec_problems(cluster)
     if problems:
         raise SpecError("; ".join(problems))
@@ -158,6 +171,9 @@ def spec_problems(cluster: ClusterSpec) -> list[str]:
         problems.append(f"node pool name {pool!r} is used twice")
     for listener in _duplicates([listener.name for listener in cluster.listeners]):
         problems.append(f"listener name {listener!r} is used twice")
+    if cluster.replication_throttle is not None and cluster.replication_throttle < 1:
+        problems.append(f"replicationThrottle must be at least 1 byte per second, not "
+                        f"{cluster.replication_throttle}")
     for port in _duplicates([listener.port for listener in cluster.listeners]):
         problems.append(f"listener port {port} is used twice")
     for listener in cluster.listeners:

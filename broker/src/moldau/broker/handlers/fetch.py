@@ -8,6 +8,10 @@ diverging epoch instead of records, and truncates.
 Fetch sessions (KIP-227) are declined the way Kafka does with no session slots: every
 response carries session id 0, so clients keep sending full fetch requests, and an
 incremental fetch for an unknown session gets FETCH_SESSION_ID_NOT_FOUND.
+
+Replication throttling (KIP-73): for a follower that is not in the ISR, a partition the
+topic's leader.replication.throttled.replicas names on this broker gets no records while
+the leader quota is used up; the other partitions are answered as usual.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from moldau.broker.log.log import PartitionLog
 from moldau.broker.network.channel import Request
 from moldau.broker.network.response import Response
 from moldau.broker.replication.manager import Partition
+from moldau.broker.replication.quota import is_throttled
 from moldau.broker.security.acl import Operation
 from moldau.errors import ErrorCode, KafkaError
 from moldau.protocol.build import millis
@@ -81,6 +86,10 @@ class _FetchPlan:
         self.topics: list[tuple[str | None, Any, list[Any]]] = []
         # Topics the client may not read: their partitions answer TOPIC_AUTHORIZATION_FAILED.
         self.refused: set[str] = set()
+        # Follower fetches: bytes of throttled replicas in the last read, and whether the
+        # leader quota was used up (asked at most once per read).
+        self.throttled_bytes = 0
+        self._quota_exceeded: bool | None = None
         for topic in body.topics:
             if self.version >= 13:
                 image = broker.image.topics_by_id.get(topic.topic_id)
@@ -112,6 +121,8 @@ class _FetchPlan:
         """Read every partition; returns the data, bytes read and whether any failed."""
         remaining = self.max_bytes
         total = 0
+        self.throttled_bytes = 0
+        self._quota_exceeded = None
         failed = False
         topics = []
         for name, topic_id, partitions in self.topics:
@@ -177,19 +188,38 @@ class _FetchPlan:
             out.diverging_epoch = diverging_epoch(log, last_fetched_epoch,
                                                   wanted.fetch_offset)
         if out.diverging_epoch is None:
-            result = log.read(wanted.fetch_offset, min(wanted.partition_max_bytes, max_bytes),
-                              max_offset=None, min_one_batch=first)
-            out.records = result.slices
+            throttled = is_throttled(log.config.leader_replication_throttled_replicas,
+                                     partition.index, self.broker.node_id)
+            log_end_offset = log.log_end_offset
+            if not (throttled and self._hold_back(partition)):
+                result = log.read(wanted.fetch_offset,
+                                  min(wanted.partition_max_bytes, max_bytes),
+                                  max_offset=None, min_one_batch=first)
+                out.records = result.slices
+                log_end_offset = result.log_end_offset
+                if throttled:
+                    self.throttled_bytes += out.size
             replicas.record_follower_fetch(partition, self.replica_id, wanted.fetch_offset,
                                            getattr(wanted, "log_start_offset", -1),
-                                           result.log_end_offset)
+                                           log_end_offset)
         # Read after the follower's position was recorded: it may just have moved it.
         out.high_watermark = log.high_watermark
         out.last_stable_offset = log.last_stable_offset
         out.log_start_offset = log.log_start_offset
         return out
 
+    def _hold_back(self, partition: Partition) -> bool:
+        """A throttled replica's data waits while the leader quota is used up, unless the
+        follower is in sync (Kafka's shouldLeaderThrottle)."""
+        if self.replica_id in partition.isr:
+            return False
+        if self._quota_exceeded is None:
+            self._quota_exceeded = self.broker.replicas.leader_quota.is_exceeded()
+        return self._quota_exceeded
+
     def respond(self, topics: list[TopicData]) -> Response:
+        if self.throttled_bytes:
+            self.broker.replicas.leader_quota.record(self.throttled_bytes)
         self.broker.topic_stats.record_fetch(topics, from_follower=self.replica_id >= 0)
         return encode_fetch_response(self.version, self.request.header.correlation_id, topics)
 

@@ -9,6 +9,7 @@ from typing import Any
 from moldau.config import (
     LONG_MAX,
     ConfigDef,
+    ConfigError,
     ConfigKey,
     ConfigType,
     at_least,
@@ -21,6 +22,19 @@ COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 
 T = ConfigType
+
+
+def throttled_replicas(name: str, value: list[str]) -> None:
+    """Kafka's ThrottledReplicaListValidator: `*` alone, or `partition:broker` entries."""
+    if value == ["*"]:
+        return
+    for entry in value:
+        partition, sep, broker = entry.partition(":")
+        if not (sep and partition.strip().isdigit() and broker.strip().isdigit()):
+            raise ConfigError(
+                f"Invalid value {','.join(value)} for configuration {name}: "
+                "must be the literal '*' or a list of replicas in the following format: "
+                "[partitionId]:[brokerId],[partitionId]:[brokerId],...")
 
 # Topic config name -> (key definition, broker property that supplies its default).
 # The broker property's *value* is the default; the key's own default applies only when
@@ -72,8 +86,8 @@ _TOPIC_KEYS: list[tuple[ConfigKey, str | None]] = [
                at_least(1)), "log.roll.ms"),
     (ConfigKey("unclean.leader.election.enable", T.BOOLEAN, False, "Allow out-of-sync "
                "replicas to become leader"), "unclean.leader.election.enable"),
-    # Kept and shown as Kafka does; they take effect with recompression, replication
-    # throttling and tiered storage, which Moldau does not do yet.
+    # The compression levels and tiered storage settings are kept and shown as Kafka does;
+    # they take effect with recompression and tiered storage, which Moldau does not do yet.
     (ConfigKey("compression.gzip.level", T.INT, -1, "gzip level when the broker compresses "
                "(stored; the broker keeps producer batches as they are)", between(-1, 9)),
      "compression.gzip.level"),
@@ -83,10 +97,12 @@ _TOPIC_KEYS: list[tuple[ConfigKey, str | None]] = [
     (ConfigKey("compression.zstd.level", T.INT, 3, "zstd level when the broker compresses "
                "(stored; the broker keeps producer batches as they are)", between(-131072, 22)),
      "compression.zstd.level"),
-    (ConfigKey("follower.replication.throttled.replicas", T.LIST, [], "Replicas throttled "
-               "as followers (stored; no throttling yet)"), None),
-    (ConfigKey("leader.replication.throttled.replicas", T.LIST, [], "Replicas throttled as "
-               "leaders (stored; no throttling yet)"), None),
+    (ConfigKey("follower.replication.throttled.replicas", T.LIST, [], "Replicas whose "
+               "fetching is limited by follower.replication.throttled.rate on the follower: "
+               "partition:broker entries or *", throttled_replicas), None),
+    (ConfigKey("leader.replication.throttled.replicas", T.LIST, [], "Replicas whose "
+               "serving is limited by leader.replication.throttled.rate on the leader: "
+               "partition:broker entries or *", throttled_replicas), None),
     (ConfigKey("local.retention.bytes", T.LONG, -2, "Local retention size with tiered "
                "storage; -2 follows retention.bytes", at_least(-2)), "log.local.retention.bytes"),
     (ConfigKey("local.retention.ms", T.LONG, -2, "Local retention time with tiered storage; "

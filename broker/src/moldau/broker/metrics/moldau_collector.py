@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.core import Metric
 
-from moldau.broker.metrics.families import gauge, summary
+from moldau.broker.metrics.families import counter, gauge, summary
 
 if TYPE_CHECKING:
+    from moldau.broker.replication.manager import ReplicaManager
     from moldau.broker.server import Broker
 
 
@@ -38,6 +39,7 @@ class MoldauCollector:
         if replicas is not None:
             yield gauge("moldau_io_pool_queue_size", "Disk tasks waiting for an I/O thread",
                         replicas.executor._work_queue.qsize())
+            yield from _replication_throttle(replicas)
         groups = getattr(broker, "groups", None)
         if groups is not None:
             states = collections.Counter(g.state.value for g in groups.groups.values())
@@ -50,6 +52,18 @@ class MoldauCollector:
             yield summary("moldau_raft_commit_latency_seconds", "Seconds from proposing "
                           "metadata records to their commit, on the leader",
                           [({}, latency.count, latency.total_ms / 1000, {})])
+
+
+def _replication_throttle(replicas: ReplicaManager) -> Iterator[Metric]:
+    """Bytes of throttled replicas (Kafka's LeaderReplication / FollowerReplication
+    byte-rate): served to followers as leader, fetched as follower."""
+    for side, quota in (("leader", replicas.leader_quota), ("follower", replicas.follower_quota)):
+        yield counter(f"moldau_{side}_replication_throttled_bytes",
+                      f"Bytes of throttled replicas replicated as {side}",
+                      quota.throttled_bytes_total)
+        yield gauge(f"moldau_{side}_replication_throttled_byte_rate",
+                    f"Bytes per second of throttled replicas replicated as {side}, over the "
+                    "replication quota windows", quota.observed_rate())
 
 
 def _log_dir_space(log_dirs: list[str]) -> Iterator[Metric]:

@@ -24,6 +24,7 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 from moldau.broker.config import BrokerConfig
 from moldau.broker.replication import truncation
 from moldau.broker.replication.partition import Partition
+from moldau.broker.replication.quota import ReplicationQuota, is_throttled
 from moldau.broker.security.outgoing import inter_broker_security
 from moldau.client.connection import BrokerConnection
 from moldau.client.security import ClientSecurity
@@ -74,6 +75,9 @@ class FollowerHost(Protocol):
 
     def leader_endpoint(self, broker_id: int) -> tuple[str, int] | None: ...
 
+    @property
+    def follower_quota(self) -> ReplicationQuota: ...
+
     async def run_io(self, fn: Callable[..., T], *args: Any) -> T: ...
 
 
@@ -89,6 +93,8 @@ class FetchState:
     fenced: bool = False  # our leader epoch is stale: wait for new metadata
     # Off once the leader could not place our last epoch, so we do not loop on it.
     send_last_fetched_epoch: bool = True
+    # Caught up with the leader's high watermark at the last fetch: never throttled.
+    in_sync: bool = False
 
     @property
     def key(self) -> TopicPartition:
@@ -306,13 +312,28 @@ class ReplicaFetcher:
 
     # --- fetching -----------------------------------------------------------------------
 
+    def _throttled(self, state: FetchState, partition: Partition) -> bool:
+        """Whether the follower quota applies to this replica (Kafka's rule: throttled
+        replicas that are not in sync)."""
+        return not state.in_sync and is_throttled(
+            partition.log.config.follower_replication_throttled_replicas, state.partition,
+            self.settings.node_id)
+
     async def _fetch(self, connection: BrokerConnection, states: list[FetchState]) -> None:
         sent: dict[TopicPartition, tuple[FetchState, Partition, int]] = {}
         topics: dict[str, list[dict[str, int]]] = {}
+        exceeded: bool | None = None  # asked once per fetch, only if a replica is throttled
+        held_back = False
         for state in states:
             partition = self._current(state)
             if partition is None:
                 continue
+            if self._throttled(state, partition):
+                if exceeded is None:
+                    exceeded = self.host.follower_quota.is_exceeded()
+                if exceeded:
+                    held_back = True
+                    continue
             plog = partition.log
             offset = plog.log_end_offset
             epoch = plog.latest_epoch if state.send_last_fetched_epoch else None
@@ -324,6 +345,8 @@ class ReplicaFetcher:
                 "log_start_offset": plog.log_start_offset,
                 "partition_max_bytes": self.settings.partition_max_bytes})
         if not sent:
+            if held_back:  # only throttled partitions: wait as Kafka does for an empty fetch
+                await self._wait_for_change(self._backoff_s)
             return
         settings = self.settings
         body = build(request_class(FETCH_KEY, FETCH_VERSION), {
@@ -365,6 +388,9 @@ class ReplicaFetcher:
             return
         records = data.records
         if records:
+            if is_throttled(plog.config.follower_replication_throttled_replicas,
+                            state.partition, self.settings.node_id):
+                self.host.follower_quota.record(len(records))
             try:
                 await self.host.run_io(_append, partition, bytes(records),
                                        state.guard(partition))
@@ -379,6 +405,7 @@ class ReplicaFetcher:
             return
         # A follower's high watermark: the leader's, as far as this log reaches.
         plog.high_watermark = min(data.high_watermark, plog.log_end_offset)
+        state.in_sync = plog.log_end_offset >= data.high_watermark
         leader_start = data.log_start_offset
         if leader_start > plog.log_start_offset:
             target = min(leader_start, plog.high_watermark)

@@ -43,6 +43,7 @@ from moldau.broker.replication.fetcher_manager import FetcherManager
 from moldau.broker.replication.isr import AlterPartition, IsrChanger, Outcome, Proposal
 from moldau.broker.replication.partition import Partition
 from moldau.broker.replication.purgatory import ProducePurgatory
+from moldau.broker.replication.quota import ReplicationQuota
 from moldau.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("moldau.broker.replication")
@@ -92,6 +93,9 @@ class ReplicaManager(LeaderAppends):
         self._clock_ms = clock_ms
         self.lag_max_ms: int = config["replica.lag.time.max.ms"]
         self.fetch_settings = FetchSettings.from_config(config)
+        # Read the rate from the config at each check: dynamic changes apply at once.
+        self.leader_quota = self._quota("leader.replication.throttled.rate")
+        self.follower_quota = self._quota("follower.replication.throttled.rate")
         self.fetchers = FetcherManager(self, self.fetch_settings)
         self.purgatory = ProducePurgatory(self._produce_outcome)
         self._listeners: list[LeadershipListener] = []
@@ -100,6 +104,12 @@ class ReplicaManager(LeaderAppends):
         # Metadata batches waiting for new logs, and the task creating them (see on_metadata).
         self._backlog: deque[Sequence[MetadataRecord]] = deque()
         self._backlog_task: asyncio.Task[None] | None = None
+
+    def _quota(self, rate_key: str) -> ReplicationQuota:
+        config = self.config
+        return ReplicationQuota(lambda: config[rate_key],
+                                config["replication.quota.window.num"],
+                                config["replication.quota.window.size.seconds"])
 
     # --- lifecycle ----------------------------------------------------------------------
 
