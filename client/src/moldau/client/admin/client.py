@@ -294,10 +294,19 @@ class AsyncAdmin:
         pending = list(dict.fromkeys(keys))
         attempts = 0
         while pending:
-            answered = await self._call(
-                name, target, api_key, body(pending),
-                lambda response, _node: list(answers(response)),
-                timeout=max(deadline - time.monotonic(), 0.001))
+            try:
+                answered = await self._call(
+                    name, target, api_key, body(pending),
+                    lambda response, _node: list(answers(response)),
+                    timeout=max(deadline - time.monotonic(), 0.001))
+            except KafkaTimeoutError:
+                if not last:
+                    raise
+                # The deadline passed while items were being retried: each times out with
+                # its own last error, not the retry's "no response".
+                for key in pending:
+                    out[key] = self._timed_out(name, started, last[key])
+                break
             wanted = set(pending)
             retry = []
             for key, code, message, value in answered:
