@@ -26,8 +26,10 @@ from moldau.protocol.messages import encode_request, request_class
 
 pytestmark = pytest.mark.timeout(60)
 
-CONFIG = RaftConfig(election_timeout_ms=150, fetch_timeout_ms=400, election_backoff_max_ms=150,
-                    request_timeout_ms=300, retry_backoff_ms=20, fetch_max_wait_ms=100,
+# Short enough for quick fail-overs, long enough that a node starved of CPU for a moment on
+# a busy machine does not start an election the test did not ask for.
+CONFIG = RaftConfig(election_timeout_ms=300, fetch_timeout_ms=1500, election_backoff_max_ms=300,
+                    request_timeout_ms=1000, retry_backoff_ms=20, fetch_max_wait_ms=100,
                     append_linger_ms=5)
 VOTERS = (1, 2, 3)
 
