@@ -157,9 +157,9 @@ def test_a_cluster_becomes_ready_and_serves_a_client_pod(kube: Cluster, release:
 
 
 @pytest.mark.xfail(strict=False, reason=(
-    "known bug: with two operator replicas both resume after kopf's start-up pause (each "
-    "logs 'Resuming operations after the pause') and both reconcile; docs/helm.md says to "
-    "keep operator.replicas at 1 until it is fixed"))
+    "known bug: two operator replicas started together can both resume after kopf's "
+    "start-up pause (each logs 'Resuming operations after the pause') and both reconcile "
+    "(2 of 3 runs here); docs/helm.md says to keep operator.replicas at 1 until it is fixed"))
 def test_one_replica_reconciles_and_the_other_takes_over(kube: Cluster, release: str,
                                                          storage_class: str) -> None:
     first, second = ready_operator_pods(kube, release)
