@@ -23,9 +23,13 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from moldau.records.batch import BatchHeader
 from moldau.records.codec import iter_batches
+
+if TYPE_CHECKING:
+    from moldau.cluster import LocalCluster
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 CONSUME_TIMEOUT = 30.0
@@ -66,6 +70,22 @@ def wait_until(predicate: Callable[[], object], timeout: float, what: str,
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(interval)
+
+
+@contextlib.contextmanager
+def running_cluster(directory: Path, brokers: int, overrides: dict[str, str]
+                    ) -> Iterator[LocalCluster]:
+    """A started LocalCluster of `brokers` combined nodes, stopped on the way out."""
+    from moldau.cluster import ClusterError, LocalCluster, free_base_port
+
+    local = LocalCluster(directory, brokers=brokers, base_port=free_base_port(brokers),
+                         overrides=overrides)
+    try:
+        local.start()
+        yield local
+    finally:
+        with contextlib.suppress(ClusterError):
+            local.stop(timeout=20)
 
 
 # --------------------------------------------------------------------------- records

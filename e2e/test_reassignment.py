@@ -14,7 +14,6 @@ the node's log in the message.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shutil
 import threading
@@ -24,11 +23,11 @@ from pathlib import Path
 
 import pytest
 
-from e2e.support import unique, wait_until
+from e2e.support import running_cluster, unique, wait_until
 from moldau.client import Admin, Consumer, Producer, TopicPartition
 from moldau.client.admin import ElectionType, NewTopic, PartitionReassignment
 from moldau.client.errors import ErrorCode, KafkaError, UnknownTopicOrPartitionError
-from moldau.cluster import ClusterError, LocalCluster, free_base_port
+from moldau.cluster import LocalCluster
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -102,14 +101,8 @@ def test_errors_on_one_broker(single):
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     directory = tmp_path_factory.mktemp("reassignment") / "cluster"
-    local = LocalCluster(directory, brokers=BROKERS, base_port=free_base_port(BROKERS),
-                         overrides={"auto.leader.rebalance.enable": "false"})
-    try:
-        local.start()
+    with running_cluster(directory, BROKERS, {"auto.leader.rebalance.enable": "false"}) as local:
         yield local
-    finally:
-        with contextlib.suppress(ClusterError):
-            local.stop(timeout=20)
 
 
 @pytest.fixture(scope="module")

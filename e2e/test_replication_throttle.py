@@ -10,10 +10,8 @@ of the rate before the throttle shows, which would make the test long.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
-import shutil
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -21,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from e2e.support import unique, wait_until
+from e2e.support import running_cluster, unique, wait_until
 from moldau.client import Admin, Producer, TopicPartition
 from moldau.client.admin import ConfigResource, NewTopic, ResourceType
-from moldau.cluster import ClusterError, LocalCluster, free_base_port
+from moldau.cluster import LocalCluster
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -43,20 +41,12 @@ REPLICA_CONFIGS = {"leader.replication.throttled.replicas",
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    if shutil.which("java") is None:
-        pytest.skip("no java: Kafka's tools cannot run")
     from e2e.kafka_dist import ensure_artifacts
-    ensure_artifacts()
+    ensure_artifacts()  # Kafka's tools: fails naming make kafka-deps' script if missing
     directory = tmp_path_factory.mktemp("throttle") / "cluster"
-    local = LocalCluster(directory, brokers=BROKERS, base_port=free_base_port(BROKERS),
-                         overrides={"auto.leader.rebalance.enable": "false",
-                                    "replication.quota.window.num": "2"})
-    try:
-        local.start()
+    with running_cluster(directory, BROKERS, {"auto.leader.rebalance.enable": "false",
+                                              "replication.quota.window.num": "2"}) as local:
         yield local
-    finally:
-        with contextlib.suppress(ClusterError):
-            local.stop(timeout=20)
 
 
 @pytest.fixture(scope="module")
