@@ -2,11 +2,11 @@
 Kafka resolves them, and the topic defaults that follow."""
 
 from moldau.broker.config import BROKER_CONFIG, BrokerConfig
-from moldau.broker.dynamic_config import DYNAMIC_BROKER_CONFIGS, refresh, touches_broker
+from moldau.broker.dynamic_config import refresh, touches_broker
 from moldau.broker.log.config import BROKER_SYNONYMS
 from moldau.broker.metadata.image import MetadataImage
 from moldau.broker.metadata.records import BROKER_RESOURCE, TOPIC_RESOURCE, ConfigRecord
-from moldau.config import REPLICATION_THROTTLE_RATES
+from moldau.config import DYNAMIC_BROKER_KEYS, REPLICATION_THROTTLE_RATES
 
 
 def image_with(*records: ConfigRecord) -> MetadataImage:
@@ -63,4 +63,4 @@ def test_the_dynamic_keys_are_the_topic_defaults_moldau_applies():
                    "log.local.retention.bytes", "log.local.retention.ms"}
     synonyms = {prop for props in BROKER_SYNONYMS.values() for prop in props}
     applied = {prop for prop in synonyms if prop in BROKER_CONFIG and prop not in not_applied}
-    assert applied | REPLICATION_THROTTLE_RATES == DYNAMIC_BROKER_CONFIGS
+    assert applied | REPLICATION_THROTTLE_RATES == DYNAMIC_BROKER_KEYS

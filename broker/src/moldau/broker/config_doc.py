@@ -5,9 +5,8 @@ from __future__ import annotations
 import sys
 
 from moldau.broker.config import BROKER_CONFIG
-from moldau.broker.dynamic_config import DYNAMIC_BROKER_CONFIGS
 from moldau.broker.log.config import BROKER_SYNONYM, TOPIC_CONFIG
-from moldau.config import ConfigKey
+from moldau.config import DYNAMIC_BROKER_KEYS, ConfigKey
 
 HEADER = """# Configuration
 
@@ -57,7 +56,7 @@ def render() -> str:
     lines += [f"| `{name}` | {key.type.name.lower()} | {_default(key)} | {key.doc} |"
               for name, key in BROKER_CONFIG.keys.items()]
     lines += ["", "## Dynamic broker settings", "", DYNAMIC_TEXT, ""]
-    lines += [f"- `{name}`" for name in sorted(DYNAMIC_BROKER_CONFIGS)]
+    lines += [f"- `{name}`" for name in sorted(DYNAMIC_BROKER_KEYS)]
     lines += ["", "## Topic settings", "",
               "Set per topic with CreateTopics configs or (Incremental)AlterConfigs, e.g.",
               "`kafka-configs --alter --entity-type topics --entity-name T "

@@ -19,12 +19,10 @@ from moldau.broker.metadata.records import BROKER_RESOURCE, ConfigRecord, Metada
 from moldau.config import DYNAMIC_BROKER_KEYS, ConfigError, kafka_broker_keys
 from moldau.errors import ErrorCode, KafkaError
 
-# Every broker property that supplies a topic's default (Kafka's DynamicLogConfig set), as
-# far as Moldau applies it: a topic without its own override follows the new value at once;
-# and the replication throttle rates, read at each quota check.
-# tests/broker/test_dynamic_config.py keeps the list in step with the topic settings.
-DYNAMIC_BROKER_CONFIGS: frozenset[str] = DYNAMIC_BROKER_KEYS
-
+# DYNAMIC_BROKER_KEYS: every broker property that supplies a topic's default (Kafka's
+# DynamicLogConfig set), as far as Moldau applies it: a topic without its own override
+# follows the new value at once; and the replication throttle rates, read at each quota
+# check. tests/broker/test_dynamic_config.py keeps the list in step with the topic settings.
 CLUSTER_DEFAULT = ""
 
 
@@ -53,7 +51,7 @@ def check_broker_configs(configs: Mapping[str, str]) -> None:
                      if name not in BROKER_CONFIG and name not in kafka_broker_keys())
     if unknown:
         raise KafkaError(ErrorCode.invalid_config, f"Unknown broker config name: {unknown[0]}")
-    fixed = sorted(name for name in configs if name not in DYNAMIC_BROKER_CONFIGS)
+    fixed = sorted(name for name in configs if name not in DYNAMIC_BROKER_KEYS)
     if fixed:
         raise KafkaError(ErrorCode.invalid_request,
                          f"Cannot update these configs dynamically: {_kafka_set(fixed)}")
@@ -73,7 +71,7 @@ def dynamic_layers(image: MetadataImage, node_id: int
     for name in (CLUSTER_DEFAULT, str(node_id)):
         parsed: dict[str, Any] = {}
         for key, value in image.configs.get((BROKER_RESOURCE, name), {}).items():
-            if key in DYNAMIC_BROKER_CONFIGS:
+            if key in DYNAMIC_BROKER_KEYS:
                 try:
                     parsed[key] = BROKER_CONFIG[key].parse(value)
                 except ConfigError:

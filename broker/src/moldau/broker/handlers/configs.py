@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from moldau.broker.config import BROKER_CONFIG
-from moldau.broker.dynamic_config import DYNAMIC_BROKER_CONFIGS
 from moldau.broker.handlers.authz import CLUSTER, GROUP, MESSAGES, TOPIC, allowed
 from moldau.broker.handlers.registry import Result, api, respond
 from moldau.broker.log.config import BROKER_SYNONYMS, TOPIC_CONFIG
@@ -14,6 +13,7 @@ from moldau.broker.metadata.controller import ConfigChange
 from moldau.broker.metadata.records import BROKER_RESOURCE, TOPIC_RESOURCE
 from moldau.broker.network.channel import Request
 from moldau.broker.security.acl import CLUSTER_NAME, Operation
+from moldau.config import DYNAMIC_BROKER_KEYS
 from moldau.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
@@ -123,7 +123,7 @@ def _broker_config_entries(broker: Broker, keys: Any, synonyms: bool, documentat
         else:
             value = key.render(broker.config[name])
         entries.append({"name": name, "value": value,
-                        "read_only": name not in DYNAMIC_BROKER_CONFIGS,
+                        "read_only": name not in DYNAMIC_BROKER_KEYS,
                         "config_source": chain[0][2] if chain else DEFAULT_CONFIG,
                         "is_sensitive": key.sensitive, "config_type": key.type.value,
                         "synonyms": [{"name": n, "value": v, "source": src}
