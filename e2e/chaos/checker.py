@@ -16,14 +16,14 @@ Every value is unique, so each of these is an anomaly:
 - nonmonotonic-poll: a consumer's offsets in a partition going back within a generation;
 - poll-skip: a consumer skipping over records of the log within a generation;
 - unexpected: a value read that was never sent, or whose send certainly failed;
-- replica-divergence: a replica's stored records below the high watermark differ from what
-  the clients read.
+- replica-divergence: a replica in the ISR at the end has stored records below the high
+  watermark that differ from what the clients read.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 OK, FAIL, INFO = "ok", "fail", "info"
@@ -190,11 +190,18 @@ def unexpected(history: History) -> list[Anomaly]:
 
 
 def replica_divergence(history: History, replicas: dict[tuple[int, int], list[tuple[int, str]]],
-                       high_watermarks: dict[int, int]) -> list[Anomaly]:
-    """Compare each replica's stored (offset, value)s below its partition's high watermark,
-    `replicas[(node, partition)]`, with the final read of that partition."""
+                       high_watermarks: dict[int, int],
+                       in_sync: Mapping[int, Collection[int]]) -> list[Anomaly]:
+    """Compare each in-sync replica's stored (offset, value)s below its partition's high
+    watermark, `replicas[(node, partition)]`, with the final read of that partition.
+
+    `in_sync[partition]` is the ISR read back after the final read. Only its members must hold
+    every record below the high watermark: a follower that left the ISR (it lagged longer than
+    replica.lag.time.max.ms) may lack the tail, and the high watermark moved on without it."""
     anomalies = []
     for (node, partition), stored in sorted(replicas.items()):
+        if node not in in_sync.get(partition, ()):
+            continue
         high = high_watermarks[partition]
         mine = [(offset, value) for offset, value in stored if offset < high]
         read = [(offset, value) for offset, value in history.final.get(partition, [])

@@ -3,9 +3,10 @@
 Producers (acks=all, idempotent) send unique values `p<producer>-<seq>` to partition
 `seq % partitions` at a steady rate and record each send's outcome; consumers in one group
 poll and record what they got, with a generation bumped on every assignment change. After
-the faults are healed, `final_read` reads every partition from the beginning, and
-`stored_replicas` decodes the segment files of every replica (of a stopped cluster) for the
-replica check. Everything goes into a checker.History.
+the faults are healed, `final_read` reads every partition from the beginning,
+`in_sync_replicas` asks each partition's leader for its ISR, and `stored_replicas` decodes
+the segment files of every replica (of a stopped cluster) for the replica check. Everything
+goes into a checker.History.
 """
 
 from __future__ import annotations
@@ -17,11 +18,13 @@ from dataclasses import dataclass, field
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
 from e2e.chaos.checker import FAIL, INFO, OK, History, Poll, Send
-from e2e.support import ck_consume_all
+from e2e.support import ck_consume_all, wait_until
 from e2e.test_cluster_failover import create_topic, replica_records
 from moldau.cluster.launcher import LocalCluster
+from moldau.cluster.probe import ClusterView, ProbeError
 
 MESSAGE_TIMEOUT_MS = 30000  # a send not acknowledged by then is indeterminate
+ISR_READ_TIMEOUT = 30.0
 
 
 @dataclass
@@ -145,6 +148,42 @@ class QueueWorkload:
                 if rec.partition == partition)
         return {p: (self.history.final[p][-1][0] + 1 if self.history.final[p] else 0)
                 for p in range(self.partitions)}
+
+    def in_sync_replicas(self, cluster: LocalCluster,
+                         timeout: float = ISR_READ_TIMEOUT) -> dict[int, tuple[int, ...]]:
+        """partition -> its ISR, read after the final read and before the cluster stops: the
+        replicas that must hold every record below the high watermark. Each ISR is asked of
+        the partition's leader, which changes it; another broker's metadata may still show
+        a follower the leader has already dropped."""
+        isrs: dict[int, tuple[int, ...]] = {}
+        problems: list[str] = []
+
+        def read() -> bool:
+            try:
+                for leader, partition in self._leaders(cluster.metadata()):
+                    if partition not in isrs:
+                        isrs.update(self._isrs_led_by(leader, cluster.metadata(ask=[leader])))
+            except ProbeError as exc:
+                problems[:] = [str(exc)]
+            return len(isrs) == self.partitions
+
+        try:
+            wait_until(read, timeout, f"the ISRs of {self.topic} from their leaders")
+        except AssertionError as exc:
+            missing = sorted(set(range(self.partitions)) - set(isrs))
+            raise AssertionError(f"{exc}; no ISR for partitions {missing}"
+                                 + (f" ({problems[0]})" if problems else "")) from None
+        return isrs
+
+    def _leaders(self, view: ClusterView) -> list[tuple[int, int]]:
+        """(leader, partition) of this topic's partitions that have a leader."""
+        return [(state.leader, state.partition) for state in view.partitions
+                if state.topic == self.topic and state.leader >= 0]
+
+    def _isrs_led_by(self, leader: int, view: ClusterView) -> dict[int, tuple[int, ...]]:
+        """The ISRs in `leader`'s own answer of the partitions it still leads."""
+        return {state.partition: state.isr for state in view.partitions
+                if state.topic == self.topic and state.leader == leader}
 
     def stored_replicas(self, cluster: LocalCluster) -> dict[tuple[int, int],
                                                                list[tuple[int, str]]]:
