@@ -159,10 +159,15 @@ def test_paths_are_on_claims_that_storage_yaml_makes(name: str) -> None:
                 f"{role}: {path} is on no mounted claim"
 
 
-def test_rbac_and_claims_are_valid_kubernetes_objects() -> None:
+def test_rbac_claims_and_pod_template_are_valid_kubernetes_objects() -> None:
     for name in ("rbac.yaml", "storage.yaml"):
         for doc in documents(name):
             kubernetes_validate.validate(doc, KUBERNETES, strict=True)
+    [template] = documents("pod-template.yaml")
+    # Valid once Spark has added its container.
+    template["spec"]["containers"] = [{"name": "spark-kubernetes-driver", "image": "x"}]
+    kubernetes_validate.validate(template, KUBERNETES, strict=True)
+    assert template["spec"]["securityContext"]["fsGroup"] == 185
 
 
 def test_the_drivers_role_is_bound_to_the_service_account_the_applications_name() -> None:
