@@ -9,7 +9,7 @@ UV := UV_SYSTEM_CERTS=1 $(BIN)/uv
 COMPONENTS := client broker operator spark
 
 .PHONY: install lock tools kafka-deps spark-deps run test lint fmt docs clean kube-deps kube-up kube-down \
-	test-kube images helm-deps chart chart-sync
+	test-kube images spark-image helm-deps chart chart-sync
 
 install: $(STAMP)
 
@@ -56,7 +56,7 @@ spark-deps: install
 	$(BIN)/python -m e2e.spark.deps
 
 ## The Kubernetes test bed (e2e/kube/, docs/kubernetes.md): Debian packages, then Kubernetes,
-## etcd, CNI plugins, crictl, CoreDNS, helm and two images built into a cache outside the
+## etcd, CNI plugins, crictl, CoreDNS, helm and three images built into a cache outside the
 ## repository (~/.cache/moldau/kube-<version>; cold: ~36 CPU-minutes, ~9 GB of disk).
 kube-deps:
 	bash e2e/kube/deps.sh
@@ -89,14 +89,19 @@ kube-down:
 	bash e2e/kube/down.sh
 
 ## The tests marked `kube`: against $$KUBECONFIG's cluster if set, else the local test bed,
-## and the image tests (podman).
-test-kube: install kube-deps
+## and the image tests (podman; the Spark jobs image needs spark-deps' connector).
+test-kube: install kube-deps spark-deps
 	$(BIN)/pytest -m kube e2e/kube e2e/images
 
 ## The images localhost/moldau-broker:<version> and localhost/moldau-operator:<version>, into
 ## the test bed's podman storage.
 images: install
 	bash e2e/images/build.sh broker operator
+
+## The Spark jobs image localhost/moldau-spark:<version> (docs/spark.md#on-kubernetes): PySpark,
+## moldau-spark, Spark's Kafka connector from spark-deps' Ivy cache and spark/jobs/.
+spark-image: spark-deps
+	bash e2e/images/build.sh spark
 
 ## Start one broker on localhost:9092, data under ./data/broker (see README.md).
 run: install

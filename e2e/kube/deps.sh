@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Install and build everything the Kubernetes test bed runs: Debian packages, then Kubernetes,
-# etcd, CNI plugins, crictl, CoreDNS and helm built from source with Go, and two local images
-# (pause, Debian + python3). Binaries and image archives go to a cache outside the repository
-# keyed by version (MOLDAU_KUBE_CACHE overrides where); a part already in the cache is skipped.
+# etcd, CNI plugins, crictl, CoreDNS and helm built from source with Go, and three local images
+# (pause; Debian + python3; Debian + python3 + Java 17 for the Spark jobs). Binaries and image
+# archives go to a cache outside the repository keyed by version (MOLDAU_KUBE_CACHE overrides
+# where); a part already in the cache is skipped.
 #
 #   deps.sh [PART...]   PART: apt kubernetes etcd cni crictl coredns helm images (default: all)
 set -euo pipefail
@@ -152,19 +153,38 @@ apt_mirror() {
     | head -1
 }
 
-build_python_image() {
-  local rootfs="$KUBE_CACHE/src/rootfs" mirror
+# debootstrap_image IMAGE ARCHIVE PACKAGES: a minimal Debian with PACKAGES (comma-separated),
+# imported as IMAGE and saved to the cache as ARCHIVE.
+debootstrap_image() {
+  local image=$1 archive=$2 packages=$3 rootfs="$KUBE_CACHE/src/rootfs-${2%.tar}" mirror
   mirror=$(apt_mirror)
   [ -n "$mirror" ] || die "no Debian mirror in /etc/apt/sources.list*: debootstrap needs one"
   rm -rf "$rootfs"
-  debootstrap --variant=minbase --include=python3,ca-certificates "$DEBIAN_SUITE" "$rootfs" "$mirror" \
+  debootstrap --variant=minbase --include="$packages" "$DEBIAN_SUITE" "$rootfs" "$mirror" \
     > "$KUBE_CACHE/debootstrap.log" 2>&1 || { tail -20 "$KUBE_CACHE/debootstrap.log" >&2; return 1; }
   rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
-  tar -C "$rootfs" -c . | podman_ import --quiet --change 'CMD ["python3"]' - "$PYTHON_IMAGE" >/dev/null
+  tar -C "$rootfs" -c . | podman_ import --quiet --change 'CMD ["python3"]' - "$image" >/dev/null
   rm -rf "$rootfs"
   mkdir -p "$KUBE_IMAGES"
-  rm -f "$KUBE_IMAGES/python.tar"
-  podman_ save --quiet --format docker-archive -o "$KUBE_IMAGES/python.tar" "$PYTHON_IMAGE"
+  rm -f "$KUBE_IMAGES/$archive"
+  podman_ save --quiet --format docker-archive -o "$KUBE_IMAGES/$archive" "$image"
+}
+
+build_python_image() { debootstrap_image "$PYTHON_IMAGE" python.tar python3,ca-certificates; }
+
+# The Spark jobs' base: Java 17 (Spark 4.2's minimum), python3 for PySpark, and tini as PID 1
+# as in Spark's own images.
+build_jre_image() {
+  debootstrap_image "$JRE_IMAGE" jre.tar python3,ca-certificates,openjdk-17-jre-headless,tini
+}
+
+# base_image NAME IMAGE: build_NAME_image unless NAME.tar of IMAGE is in the cache.
+base_image() {
+  if is_done "$1" "$2" && [ -f "$KUBE_IMAGES/$1.tar" ]; then
+    say "image $2 is in the cache"
+  else
+    step "base image $2 (debootstrap)" "build_$1_image"; mark_done "$1" "$2"
+  fi
 }
 
 build_images() {
@@ -175,11 +195,8 @@ build_images() {
   else
     step "pause image $PAUSE_IMAGE" build_pause_image; mark_done pause "$PAUSE_IMAGE"
   fi
-  if is_done python "$PYTHON_IMAGE" && [ -f "$KUBE_IMAGES/python.tar" ]; then
-    say "image $PYTHON_IMAGE is in the cache"
-  else
-    step "base image $PYTHON_IMAGE (debootstrap)" build_python_image; mark_done python "$PYTHON_IMAGE"
-  fi
+  base_image python "$PYTHON_IMAGE"
+  base_image jre "$JRE_IMAGE"
 }
 
 # build PART VERSION BINARY... : build unless the stamp and binaries say it is there.

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from e2e.images.podman import build_image, podman
 from e2e.kube.cluster_names import SERVER_ENV
-from e2e.kube.testbed import Cluster, poll, run_dir
+from e2e.kube.testbed import Cluster, poll, run_dir, wait_established
 from e2e.support import free_port, unique, wait_until
 
 HERE = Path(__file__).resolve().parent
@@ -63,8 +63,7 @@ def crd_installed(kube: Cluster) -> Iterator[None]:
     """The operator's CRDs (KafkaCluster, Topic)."""
     files = [arg for crd in CRDS for arg in ("-f", str(crd))]
     kube.kubectl("apply", "--server-side", *files)
-    kube.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                 "crd/kafkaclusters.moldau.io", "crd/topics.moldau.io")
+    wait_established(kube, "kafkaclusters.moldau.io", "topics.moldau.io")
     try:
         yield
     finally:
@@ -73,10 +72,11 @@ def crd_installed(kube: Cluster) -> Iterator[None]:
 
 @contextlib.contextmanager
 def local_volumes(kube: Cluster, storage_class: str, count: int, capacity: str = "1Gi",
-                  default: bool = False) -> Iterator[None]:
+                  default: bool = False,
+                  access_modes: tuple[str, ...] = ("ReadWriteOnce",)) -> Iterator[None]:
     """`count` hostPath volumes of `capacity` in a storage class of their own (the cluster's
-    default class if `default`), writable by the broker's user, deleted afterwards with their
-    folders."""
+    default class if `default`), writable by any user, deleted afterwards with their folders.
+    On one node a hostPath volume may also offer ReadWriteMany (`access_modes`)."""
     root = Path(tempfile.mkdtemp(prefix=f"{storage_class}-"))
     root.chmod(0o755)
     annotations = {"storageclass.kubernetes.io/is-default-class": "true"} if default else {}
@@ -92,7 +92,7 @@ def local_volumes(kube: Cluster, storage_class: str, count: int, capacity: str =
                       "metadata": {"name": f"{storage_class}-{i}",
                                    "labels": {"moldau.io/e2e": storage_class}},
                       "spec": {"capacity": {"storage": capacity},
-                               "accessModes": ["ReadWriteOnce"],
+                               "accessModes": list(access_modes),
                                "persistentVolumeReclaimPolicy": "Retain",
                                "storageClassName": storage_class,
                                "hostPath": {"path": str(folder), "type": "Directory"}}})

@@ -26,7 +26,7 @@ from e2e.kube.operator_bed import (
     status,
     wait_ready,
 )
-from e2e.kube.testbed import Cluster, poll
+from e2e.kube.testbed import Cluster, poll, wait_established
 from e2e.support import unique
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(1800)]
@@ -136,8 +136,7 @@ def test_the_operator_runs_as_the_images_entrypoint(kube: Cluster, release: str)
         words = command.split("\0")
         assert words[1:4] == ["/opt/moldau/bin/moldau", "operator", "--http-port=8080"], words
     # The CRDs came with the chart.
-    for crd in crd_names():
-        kube.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
+    wait_established(kube, *crd_names())
 
 
 def test_a_cluster_becomes_ready_and_serves_a_client_pod(kube: Cluster, release: str,

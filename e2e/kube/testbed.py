@@ -135,6 +135,16 @@ def poll(check: Callable[[], object], timeout: float, what: str,
         time.sleep(interval)
 
 
+def wait_established(kube: Cluster, *crds: str, timeout: float = 60.0) -> None:
+    """Until each CRD's Established condition is True. (`kubectl wait` fails at once while a
+    CRD just applied has no conditions yet.)"""
+    def established(name: str) -> bool:
+        conditions = kube.get_json("crd", name).get("status", {}).get("conditions") or []
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+    for name in crds:
+        poll(lambda name=name: established(name), timeout, f"the CRD {name} to be established")
+
+
 def run_script(name: str, log: Path, timeout: float) -> None:
     with log.open("a") as out:
         try:
