@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e.chaos.checker import check, replica_divergence, summary
+from e2e.chaos.checker import check, replica_divergence, resent, summary
 from e2e.chaos.faults import Faults
 from e2e.chaos.recovery import recover, run_schedule, say, verdict, write_history
 from e2e.chaos.schedule import Schedule
@@ -40,17 +40,18 @@ def test_queue_under_faults(chaos_seed: int, chaos_cluster: LocalCluster, chaos_
         workload.stop()
     say("final read")
     high_watermarks = workload.final_read()
-    anomalies = check(workload.history)
-    say("stopping the cluster to compare the replicas")
+    say("stopping the cluster to read the replicas")
     chaos_cluster.stop(timeout=30)
+    replicas = workload.stored_replicas(chaos_cluster)
+    workload.record_writers(replicas)  # tells a client's re-send from a broker's duplicate
+    anomalies = check(workload.history)
     if unrecovered is None:  # replicas out of the ISR may lag: compare only full ISRs
-        anomalies += replica_divergence(workload.history,
-                                        workload.stored_replicas(chaos_cluster),
-                                        high_watermarks)
+        anomalies += replica_divergence(workload.history, replicas, high_watermarks)
     history_path = write_history(
         tmp_path / "history.json", seed=chaos_seed, schedule=schedule.describe(),
         faults=[str(event) for event in faults.events], client_errors=workload.errors[:200],
-        anomalies=[str(a) for a in anomalies], unrecovered=unrecovered,
+        anomalies=[str(a) for a in anomalies], resent=resent(workload.history),
+        unrecovered=unrecovered,
         history=asdict(workload.history))
     say(summary(workload.history, anomalies))
     verdict(chaos_seed, TEST_FILE, anomalies, unrecovered, history_path)
