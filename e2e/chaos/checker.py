@@ -9,7 +9,8 @@ partition from the beginning, taken after the faults were healed.
 
 Every value is unique, so each of these is an anomaly:
 - lost: acknowledged, but not in the final read;
-- duplicate: one value at two (partition, offset) positions in the reads;
+- duplicate: one value at two (partition, offset) positions in the reads, unless the stored
+  batches show the client re-sent it under a new producer epoch (see `resent`);
 - inconsistent-offset: two values at one (partition, offset), across reads and acks;
 - reorder: one producer's values in a partition's log out of its send order;
 - nonmonotonic-send: one producer's acknowledged offsets in a partition not increasing;
@@ -18,16 +19,30 @@ Every value is unique, so each of these is an anomaly:
 - unexpected: a value read that was never sent, or whose send certainly failed;
 - replica-divergence: a replica in the ISR at the end has stored records below the high
   watermark that differ from what the clients read.
+
+A broker deduplicates an idempotent producer's retries by (producer id, epoch, sequence), and
+only within one epoch, as Kafka does. librdkafka bumps its epoch and renumbers the messages it
+has not had acknowledged when a message fails for good (a sequence gap, e.g. INVALID_TIMESTAMP
+from a broker whose clock is behind) or times out; a message whose first send may already be
+stored (NOT_ENOUGH_REPLICAS_AFTER_APPEND, a lost connection) is then written again, and no
+broker can tell. Such a duplicate is `resent`, not an anomaly, only when the stored batches
+prove it: every copy written by the same producer id under a higher epoch than the copy
+before, and the producer logged each bump in between for one of those client-side reasons.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 OK, FAIL, INFO = "ok", "fail", "info"
 Position = tuple[int, int]  # (partition, offset)
+# librdkafka's reasons for an epoch bump that come from the client's own bookkeeping: a message
+# failed for good (a hole in the sequence) or timed out. A bump after a broker's
+# OUT_OF_ORDER_SEQUENCE_NUMBER or UNKNOWN_PRODUCER_ID does not excuse a duplicate.
+CLIENT_BUMP_REASONS = ("message sequence gap", "timed out")
 
 
 @dataclass(frozen=True)
@@ -48,11 +63,35 @@ class Poll:
     records: tuple[tuple[int, int, str], ...]  # (partition, offset, value)
 
 
+@dataclass(frozen=True)
+class EpochBump:
+    """A producer's librdkafka bumped its epoch (to `epoch`) for `reason`."""
+
+    producer: int
+    producer_id: int
+    epoch: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Writer:
+    """Who wrote a stored record: its batch's producer id and epoch, and its sequence."""
+
+    partition: int
+    offset: int
+    producer_id: int
+    epoch: int
+    sequence: int
+
+
 @dataclass
 class History:
     sends: list[Send] = field(default_factory=list)
     polls: list[Poll] = field(default_factory=list)
     final: dict[int, list[tuple[int, str]]] = field(default_factory=dict)  # partition ->
+    epoch_bumps: list[EpochBump] = field(default_factory=list)
+    # The stored writers of the records read more than once (filled from the segment files).
+    writers: list[Writer] = field(default_factory=list)
 
     def reads(self) -> Iterable[tuple[int, int, str]]:
         """Every (partition, offset, value) read, by the consumers and the final read."""
@@ -86,12 +125,50 @@ def lost(history: History) -> list[Anomaly]:
             for send in history.sends if send.status == OK and send.value not in finally_read]
 
 
-def duplicates(history: History) -> list[Anomaly]:
+def duplicated(history: History) -> dict[str, set[Position]]:
+    """Every value read at more than one position, with those positions."""
     positions: dict[str, set[Position]] = defaultdict(set)
     for partition, offset, value in history.reads():
         positions[value].add((partition, offset))
+    return {value: where for value, where in positions.items() if len(where) > 1}
+
+
+def duplicates(history: History) -> list[Anomaly]:
     return [Anomaly("duplicate", f"{value} at {_positions(where)}")
-            for value, where in positions.items() if len(where) > 1]
+            for value, where in duplicated(history).items()
+            if _resend_reason(history, where) is None]
+
+
+def resent(history: History) -> list[str]:
+    """The duplicates the client wrote under a new epoch (not anomalies), with the proof."""
+    out = []
+    for value, where in duplicated(history).items():
+        reason = _resend_reason(history, where)
+        if reason is not None:
+            out.append(f"{value} at {_positions(where)}: {reason}")
+    return out
+
+
+def _resend_reason(history: History, where: set[Position]) -> str | None:
+    """Why the copies at `where` are a client's re-send under a new epoch, or None when the
+    stored writers and the logged epoch bumps do not prove it."""
+    writers = {(w.partition, w.offset): w for w in history.writers}
+    if not all(position in writers for position in where):
+        return None
+    copies = [writers[position] for position in sorted(where)]
+    pid = copies[0].producer_id
+    if len({(w.partition, w.producer_id) for w in copies}) > 1 or any(
+            later.epoch <= earlier.epoch
+            for earlier, later in zip(copies, copies[1:], strict=False)):
+        return None
+    bumps = {b.epoch: b.reason for b in history.epoch_bumps if b.producer_id == pid}
+    needed = range(copies[0].epoch + 1, copies[-1].epoch + 1)
+    if not all(any(r in bumps.get(epoch, "") for r in CLIENT_BUMP_REASONS)
+               for epoch in needed):
+        return None
+    epochs = ", ".join(f"{w.offset}: epoch {w.epoch} sequence {w.sequence}" for w in copies)
+    return (f"producer id {pid} wrote it again under a new epoch ({epochs}); bumped to "
+            f"epoch {copies[-1].epoch} for {bumps[copies[-1].epoch]!r}")
 
 
 def inconsistent_offsets(history: History) -> list[Anomaly]:
@@ -189,11 +266,13 @@ def unexpected(history: History) -> list[Anomaly]:
     return anomalies
 
 
-def replica_divergence(history: History, replicas: dict[tuple[int, int], list[tuple[int, str]]],
+def replica_divergence(history: History,
+                       replicas: Mapping[tuple[int, int], Sequence[tuple[Any, ...]]],
                        high_watermarks: dict[int, int],
                        in_sync: Mapping[int, Collection[int]]) -> list[Anomaly]:
-    """Compare each in-sync replica's stored (offset, value)s below its partition's high
-    watermark, `replicas[(node, partition)]`, with the final read of that partition.
+    """Compare each in-sync replica's stored records below its partition's high watermark,
+    `replicas[(node, partition)]` (tuples starting with offset and value), with the final read
+    of that partition.
 
     `in_sync[partition]` is the ISR read back after the final read. Only its members must hold
     every record below the high watermark: a follower that left the ISR (it lagged longer than
@@ -203,7 +282,7 @@ def replica_divergence(history: History, replicas: dict[tuple[int, int], list[tu
         if node not in in_sync.get(partition, ()):
             continue
         high = high_watermarks[partition]
-        mine = [(offset, value) for offset, value in stored if offset < high]
+        mine = [(offset, value) for offset, value, *_ in stored if offset < high]
         read = [(offset, value) for offset, value in history.final.get(partition, [])
                 if offset < high]
         if mine != read:
@@ -218,6 +297,7 @@ def replica_divergence(history: History, replicas: dict[tuple[int, int], list[tu
 
 
 def summary(history: History, anomalies: list[Anomaly]) -> str:
+    resends = len(resent(history))
     statuses = Counter(send.status for send in history.sends)
     kinds = Counter(anomaly.kind for anomaly in anomalies)
     read = sum(len(records) for records in history.final.values())
@@ -227,7 +307,9 @@ def summary(history: History, anomalies: list[Anomaly]) -> str:
             + f", {statuses[FAIL]} failed, "
             f"{statuses[INFO]} indeterminate), {len(history.polls)} polls, {read} records in "
             f"the final read; anomalies: "
-            + (", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items())) or "none"))
+            + (", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items())) or "none")
+            + (f"; {resends} duplicate(s) re-sent by the client under a new producer epoch"
+               if resends else ""))
     return text
 
 

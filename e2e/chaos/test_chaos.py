@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e.chaos.checker import check, replica_divergence, summary
+from e2e.chaos.checker import check, replica_divergence, resent, summary
 from e2e.chaos.faults import Faults
 from e2e.chaos.recovery import recover, run_schedule, say, verdict, write_history
 from e2e.chaos.schedule import Schedule
@@ -41,7 +41,6 @@ def test_queue_under_faults(chaos_seed: int, chaos_cluster: LocalCluster, chaos_
         workload.stop()
     say("final read")
     high_watermarks = workload.final_read()
-    anomalies = check(workload.history)
     # An ISR full when `recover` looked may shrink again before the read (a follower still
     # catching up after the heal): only the replicas in the ISR now must hold the read.
     try:
@@ -49,15 +48,17 @@ def test_queue_under_faults(chaos_seed: int, chaos_cluster: LocalCluster, chaos_
     except AssertionError as exc:
         in_sync = {}
         unrecovered = f"{unrecovered}; {exc}" if unrecovered else str(exc)
-    say(f"stopping the cluster to compare the replicas in the ISRs {in_sync}")
+    say(f"stopping the cluster to read the replicas (ISRs {in_sync})")
     chaos_cluster.stop(timeout=30)
-    anomalies += replica_divergence(workload.history, workload.stored_replicas(chaos_cluster),
-                                    high_watermarks, in_sync)
+    replicas = workload.stored_replicas(chaos_cluster)
+    workload.record_writers(replicas)  # tells a client's re-send from a broker's duplicate
+    anomalies = check(workload.history)
+    anomalies += replica_divergence(workload.history, replicas, high_watermarks, in_sync)
     history_path = write_history(
         tmp_path / "history.json", seed=chaos_seed, schedule=schedule.describe(),
         faults=[str(event) for event in faults.events], client_errors=workload.errors[:200],
-        anomalies=[str(a) for a in anomalies], unrecovered=unrecovered,
-        in_sync={str(p): list(isr) for p, isr in in_sync.items()},
+        anomalies=[str(a) for a in anomalies], resent=resent(workload.history),
+        unrecovered=unrecovered, in_sync={str(p): list(isr) for p, isr in in_sync.items()},
         history=asdict(workload.history))
     say(summary(workload.history, anomalies))
     verdict(chaos_seed, TEST_FILE, anomalies, unrecovered, history_path)

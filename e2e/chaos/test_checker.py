@@ -11,11 +11,14 @@ from e2e.chaos.checker import (
     FAIL,
     INFO,
     OK,
+    EpochBump,
     History,
     Poll,
     Send,
+    Writer,
     check,
     replica_divergence,
+    resent,
     summary,
 )
 
@@ -62,6 +65,53 @@ def test_duplicate() -> None:
     history.final[0].append((5, "a0"))
     assert "duplicate" in kinds(history)
     assert "duplicate: a0 at 0:0, 0:5" in map(str, check(history))
+
+
+def resend_after_bump(reason: str = "message sequence gap") -> History:
+    """Seed 109's case: a2 is stored at offset 4 under epoch 0 but not acknowledged; a
+    message to another partition fails for good, librdkafka bumps producer id 7 to epoch 2
+    (two bumps) and sends a2 again as sequence 0 of the new epoch, stored at 5 and
+    acknowledged there."""
+    history = valid()
+    history.sends[4] = replace(history.sends[4], offset=5)
+    history.final[0].append((5, "a2"))
+    history.epoch_bumps = [EpochBump(0, 7, 1, reason), EpochBump(0, 7, 2, reason)]
+    history.writers = [Writer(0, 4, 7, 0, 2), Writer(0, 5, 7, 2, 0)]
+    return history
+
+
+def test_a_resend_under_a_new_epoch_is_not_an_anomaly() -> None:
+    history = resend_after_bump()
+    assert check(history) == []
+    assert resent(history) == [
+        "a2 at 0:4, 0:5: producer id 7 wrote it again under a new epoch (4: epoch 0 sequence "
+        "2, 5: epoch 2 sequence 0); bumped to epoch 2 for 'message sequence gap'"]
+    assert summary(history, []).endswith(
+        "anomalies: none; 1 duplicate(s) re-sent by the client under a new producer epoch")
+
+
+def test_a_duplicate_within_one_epoch_is_the_brokers() -> None:
+    history = resend_after_bump()
+    history.writers = [Writer(0, 4, 7, 0, 2), Writer(0, 5, 7, 0, 2)]
+    assert "duplicate: a2 at 0:4, 0:5" in map(str, check(history))
+    assert resent(history) == []
+
+
+@pytest.mark.parametrize("change", ["unknown writer", "other producer", "older epoch",
+                                    "bump not logged", "broker's reason"])
+def test_a_resend_needs_the_whole_proof(change: str) -> None:
+    history = resend_after_bump()
+    if change == "unknown writer":
+        history.writers = history.writers[:1]
+    elif change == "other producer":
+        history.writers[1] = replace(history.writers[1], producer_id=8)
+    elif change == "older epoch":
+        history.writers = [Writer(0, 4, 7, 2, 2), Writer(0, 5, 7, 0, 0)]
+    elif change == "bump not logged":
+        history.epoch_bumps = history.epoch_bumps[1:]
+    else:
+        history = resend_after_bump("Broker: Broker received an out of order sequence number")
+    assert "duplicate: a2 at 0:4, 0:5" in map(str, check(history))
 
 
 def test_inconsistent_offset_across_reads() -> None:

@@ -1,30 +1,67 @@
 """Jepsen's Kafka queue workload, driven by librdkafka from the root namespace.
 
 Producers (acks=all, idempotent) send unique values `p<producer>-<seq>` to partition
-`seq % partitions` at a steady rate and record each send's outcome; consumers in one group
+`seq % partitions` at a steady rate and record each send's outcome and, from librdkafka's
+`eos` debug log, each bump of their producer epoch; consumers in one group
 poll and record what they got, with a generation bumped on every assignment change. After
 the faults are healed, `final_read` reads every partition from the beginning,
 `in_sync_replicas` asks each partition's leader for its ISR, and `stored_replicas` decodes
-the segment files of every replica (of a stopped cluster) for the replica check. Everything
+the segment files of every replica (of a stopped cluster) for the replica check and for the
+producer id and epoch that wrote each record read twice. Everything
 goes into a checker.History.
 """
 
 from __future__ import annotations
 
+import logging
+import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
-from e2e.chaos.checker import FAIL, INFO, OK, History, Poll, Send
-from e2e.support import ck_consume_all, wait_until
-from e2e.test_cluster_failover import create_topic, replica_records
+from e2e.chaos.checker import FAIL, INFO, OK, EpochBump, History, Poll, Send, Writer, duplicated
+from e2e.support import ck_consume_all, segment_batches, wait_until
+from e2e.test_cluster_failover import create_topic
 from moldau.cluster.launcher import LocalCluster
 from moldau.cluster.probe import ClusterView, ProbeError
+from moldau.records.batch import NO_SEQUENCE
+from moldau.records.codec import decode_records
 
 MESSAGE_TIMEOUT_MS = 30000  # a send not acknowledged by then is indeterminate
 ISR_READ_TIMEOUT = 30.0
+
+# librdkafka's `eos` debug lines around an epoch bump: the reason, then the new epoch.
+_BUMP_REASON = re.compile(r"epoch bump for \d+ partition\(s\)[^:]*: (.*)$")
+_BUMPED = re.compile(r"bumped epoch to PID\{Id:(\d+),Epoch:(\d+)\}")
+
+
+class StoredRecord(NamedTuple):
+    offset: int
+    value: str
+    producer_id: int
+    epoch: int
+    sequence: int  # -1 when the batch has none
+
+
+class EpochBumpLog(logging.Handler):
+    """Turns one producer's librdkafka `eos` debug log into EpochBumps."""
+
+    def __init__(self, producer: int, record: Callable[[EpochBump], None]) -> None:
+        super().__init__(logging.DEBUG)
+        self.producer, self.record, self.reason = producer, record, ""
+
+    def emit(self, entry: logging.LogRecord) -> None:
+        line = entry.getMessage()
+        if (found := _BUMP_REASON.search(line)) is not None:
+            self.reason = found.group(1)
+        elif (bumped := _BUMPED.search(line)) is not None:
+            self.record(EpochBump(self.producer, int(bumped.group(1)), int(bumped.group(2)),
+                                  self.reason))
+            self.reason = ""
 
 
 @dataclass
@@ -65,12 +102,14 @@ class QueueWorkload:
         with self._lock:
             return sum(1 for send in self.history.sends if send.status == OK)
 
-    def _record(self, send: Send | Poll) -> None:
+    def _record(self, event: Send | Poll | EpochBump) -> None:
         with self._lock:
-            if isinstance(send, Send):
-                self.history.sends.append(send)
+            if isinstance(event, Send):
+                self.history.sends.append(event)
+            elif isinstance(event, Poll):
+                self.history.polls.append(event)
             else:
-                self.history.polls.append(send)
+                self.history.epoch_bumps.append(event)
 
     # ------------------------------------------------------------------ producers
 
@@ -79,7 +118,8 @@ class QueueWorkload:
             "bootstrap.servers": self.bootstrap, "acks": "all", "enable.idempotence": True,
             "linger.ms": 5, "message.timeout.ms": MESSAGE_TIMEOUT_MS,
             "retry.backoff.ms": 100, "topic.metadata.refresh.interval.ms": 1000,
-            "error_cb": lambda err: self.errors.append(f"producer {producer_id}: {err}")})
+            "error_cb": lambda err: self.errors.append(f"producer {producer_id}: {err}"),
+            "debug": "eos"}, logger=self._bump_logger(producer_id))
         started = time.monotonic()
         seq = 0
         while not self._stop.is_set():
@@ -98,6 +138,13 @@ class QueueWorkload:
             seq += 1
             producer.poll(0)
         producer.flush(MESSAGE_TIMEOUT_MS / 1000 + 10)
+
+    def _bump_logger(self, producer_id: int) -> logging.Logger:
+        logger = logging.getLogger(f"e2e.chaos.librdkafka.{self.topic}.producer{producer_id}")
+        logger.handlers[:] = [EpochBumpLog(producer_id, self._record)]
+        logger.setLevel(logging.DEBUG)
+        logger.propagate = False  # the debug log is for the epoch bumps only
+        return logger
 
     def _delivered(self, producer_id: int, seq: int, value: str, partition: int):
         def report(err: KafkaError | None, msg: object) -> None:
@@ -186,11 +233,39 @@ class QueueWorkload:
                 if state.topic == self.topic and state.leader == leader}
 
     def stored_replicas(self, cluster: LocalCluster) -> dict[tuple[int, int],
-                                                               list[tuple[int, str]]]:
-        """(node, partition) -> the (offset, value)s in that replica's segment files; the
-        cluster must be stopped."""
-        return {(node.node_id, partition): [
-                    (offset, value.decode() if value is not None else "")
-                    for offset, value in replica_records(cluster, node.node_id, self.topic,
-                                                         partition)]
+                                                               list[StoredRecord]]:
+        """(node, partition) -> the records in that replica's segment files; the cluster must
+        be stopped."""
+        return {(node.node_id, partition): stored_records(cluster, node.node_id, self.topic,
+                                                          partition)
                 for node in cluster.nodes for partition in range(self.partitions)}
+
+    def record_writers(self, replicas: dict[tuple[int, int], list[StoredRecord]]) -> None:
+        """Note in the history who wrote each copy of a value read more than once."""
+        wanted = {position for where in duplicated(self.history).values()
+                  for position in where}
+        found: dict[tuple[int, int], Writer] = {}
+        for (_, partition), records in sorted(replicas.items()):
+            for rec in records:
+                if (partition, rec.offset) in wanted and (partition, rec.offset) not in found:
+                    found[(partition, rec.offset)] = Writer(partition, rec.offset,
+                                                            rec.producer_id, rec.epoch,
+                                                            rec.sequence)
+        self.history.writers = [found[p] for p in sorted(found)]
+
+
+def stored_records(cluster: LocalCluster, node_id: int, topic: str,
+                   partition: int) -> list[StoredRecord]:
+    """Every data record in a stopped node's segment files for the partition, with its
+    writer."""
+    out = []
+    for header, batch in segment_batches(cluster.node(node_id).data_dir, topic, partition):
+        if header.is_control:
+            continue
+        for record in decode_records(batch):
+            sequence = (NO_SEQUENCE if header.base_sequence == NO_SEQUENCE
+                        else header.base_sequence + record.offset_delta)
+            out.append(StoredRecord(header.base_offset + record.offset_delta,
+                                    record.value.decode() if record.value is not None else "",
+                                    header.producer_id, header.producer_epoch, sequence))
+    return out

@@ -53,8 +53,11 @@ def test_only_the_last_five_batches_are_remembered(tmp_path):
 
 def test_sequence_rules(tmp_path):
     plog = open_log(tmp_path / "orders-0")
-    # No state and not starting at 0.
-    assert error_of(plog, idem(5)) == ErrorCode.unknown_producer_id
+    # No state: any sequence goes, as in Kafka since KIP-360 (the state may have gone with
+    # the records); from there on the sequence is checked.
+    append(plog, idem(5, pid=9))
+    assert error_of(plog, idem(8, pid=9)) == ErrorCode.out_of_order_sequence_number
+    append(plog, idem(7, pid=9))
     append(plog, idem(0))
     assert error_of(plog, idem(3)) == ErrorCode.out_of_order_sequence_number
     assert error_of(plog, idem(1)) == ErrorCode.out_of_order_sequence_number

@@ -68,8 +68,12 @@ class Clock:
         self.now_ms += ms
 
 
-def batch(*values: bytes, timestamp: int = 1_700_000_000_000) -> bytes:
-    return build_batch([(None, value, [], timestamp) for value in values])
+def batch(*values: bytes, timestamp: int = 1_700_000_000_000,
+          producer: tuple[int, int, int] | None = None) -> bytes:
+    """`producer`: (producer id, epoch, base sequence) of an idempotent batch."""
+    pid, epoch, sequence = producer if producer is not None else (-1, -1, -1)
+    return build_batch([(None, value, [], timestamp) for value in values], producer_id=pid,
+                       producer_epoch=epoch, base_sequence=sequence)
 
 
 def log_bytes(node: Node, partition: int = 0) -> bytes:
@@ -241,8 +245,9 @@ class Node:
         return self.partition(index).log
 
     async def produce(self, *values: bytes, acks: int = -1, timeout_ms: int = 10000,
-                      partition: int = 0):
-        [result] = await self.replicas.append([(TOPIC, partition, batch(*values))], acks=acks,
+                      partition: int = 0, producer: tuple[int, int, int] | None = None):
+        records = batch(*values, producer=producer)
+        [result] = await self.replicas.append([(TOPIC, partition, records)], acks=acks,
                                               produce_version=PRODUCE_VERSION,
                                               timeout_ms=timeout_ms)
         return result

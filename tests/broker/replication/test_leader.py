@@ -119,6 +119,40 @@ def test_isr_shrinking_below_min_isr_while_waiting(tmp_path):
     run(scenario())
 
 
+def test_a_retry_after_not_enough_replicas_after_append_is_answered_from_the_log(tmp_path):
+    """The chaos suite's seed 109: a batch stored on the leader whose answer was
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND is retried, with the same producer id, epoch and
+    sequence, once the ISR is back: it is answered with its first offset, not written again.
+    Sent under a bumped epoch from sequence 0 (what librdkafka does after an epoch bump), the
+    same record is a new batch and is written, as Kafka writes it (ProducerAppendInfo)."""
+    async def scenario():
+        node, clock = await leader_node(tmp_path, **{"min.insync.replicas": "2"})
+        try:
+            first = asyncio.create_task(node.produce(b"p0-139", producer=(42, 0, 0)))
+            await settle()
+            clock.advance(LAG_MS + 1)
+            node.replicas.maybe_shrink_isr()
+            assert (await first).error is ErrorCode.not_enough_replicas_after_append
+            retry = await node.produce(b"p0-139", producer=(42, 0, 0))
+            assert retry.error is ErrorCode.not_enough_replicas
+            follower_fetch(node, 2, 1)  # caught up: back in the ISR
+            await settle()
+            assert node.partition().isr == (1, 2)
+            retry = await node.produce(b"p0-139", producer=(42, 0, 0))
+            assert (retry.error, retry.base_offset) == (ErrorCode.none, 0)
+            assert node.log().log_end_offset == 1
+            resent = asyncio.create_task(node.produce(b"p0-139", producer=(42, 1, 0)))
+            await settle()
+            follower_fetch(node, 2, 2)
+            resent_result = await resent
+            assert (resent_result.error, resent_result.base_offset) == (ErrorCode.none, 1)
+            assert node.log().log_end_offset == 2
+        finally:
+            await node.stop()
+
+    run(scenario())
+
+
 def test_losing_leadership_fails_waiting_produce_requests(tmp_path):
     async def scenario():
         node, _ = await leader_node(tmp_path)

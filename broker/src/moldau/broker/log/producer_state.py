@@ -162,20 +162,22 @@ class ProducerStateManager:
                 raise KafkaError(ErrorCode.invalid_txn_state,
                                  f"Expected transactional write from producer {pid}: its "
                                  f"transaction from offset {self.ongoing[pid]} is ongoing")
-            self._check_sequence(pid, h, epoch, last_seq, known=entry is not None)
+            self._check_sequence(pid, h, epoch, last_seq)
             pending[pid] = (h.producer_epoch, h.last_sequence)
         return None
 
     @staticmethod
-    def _check_sequence(pid: int, h: BatchHeader, epoch: int, last_seq: int,
-                        known: bool) -> None:
+    def _check_sequence(pid: int, h: BatchHeader, epoch: int, last_seq: int) -> None:
         first_seq = h.base_sequence
         if h.producer_epoch != epoch:
-            if first_seq != 0:
-                code = (ErrorCode.out_of_order_sequence_number if known
-                        else ErrorCode.unknown_producer_id)
-                raise KafkaError(code, f"producer {pid} epoch {h.producer_epoch} must start "
-                                       f"at sequence 0, got {first_seq}")
+            # As Kafka since KIP-360: a producer the partition holds no state for may go on at
+            # any sequence (its state may have gone with its records: retention, DeleteRecords,
+            # expiry). On UNKNOWN_PRODUCER_ID librdkafka resets its producer id, or stops with
+            # a fatal error when a message in flight may already be stored.
+            if first_seq != 0 and epoch != NO_PRODUCER_EPOCH:
+                raise KafkaError(ErrorCode.out_of_order_sequence_number,
+                                 f"producer {pid} epoch {h.producer_epoch} must start at "
+                                 f"sequence 0, got {first_seq}")
         elif last_seq != NO_SEQUENCE and not _in_sequence(last_seq, first_seq):
             raise KafkaError(ErrorCode.out_of_order_sequence_number,
                              f"producer {pid}: sequence {first_seq} does not follow {last_seq}")
