@@ -105,6 +105,11 @@ def requested(tmp_path, broker_factory) -> TlsBed:
     return TlsBed(tmp_path, broker_factory, "requested")
 
 
+@pytest.fixture
+def required(tmp_path, broker_factory) -> TlsBed:
+    return TlsBed(tmp_path, broker_factory, "required")
+
+
 def test_every_client_produces_and_consumes_over_tls(requested: TlsBed) -> None:
     from aiokafka.helpers import create_ssl_context
 
@@ -147,9 +152,8 @@ def test_client_certificates_and_refused_handshakes(requested: TlsBed) -> None:
     assert kp_consume_all(bootstrap, topic, **requested.kp(alice))[-1].offset == 4
 
 
-def test_required_client_auth_refuses_a_client_without_certificate(tmp_path,
-                                                                   broker_factory) -> None:
-    bed = TlsBed(tmp_path, broker_factory, "required")
+def test_required_client_auth_refuses_a_client_without_certificate(required: TlsBed) -> None:
+    bed = required
     with pytest.raises((ssl.SSLError, ConnectionError)):
         # TLS 1.3 reports the missing certificate on the first read.
         _handshake(bed.broker, bed.client_context(), then_read=True)
@@ -283,11 +287,6 @@ def test_java_console_tools_with_a_client_certificate(required: TlsBed) -> None:
     config = required.java_config("dave", required.ca.issue("dave"))
     lines = [f"mutual tls {i}" for i in range(5)]
     _java_round_trip(required.broker.bootstrap, unique("java-mtls"), config, lines)
-
-
-@pytest.fixture
-def required(tmp_path, broker_factory) -> TlsBed:
-    return TlsBed(tmp_path, broker_factory, "required")
 
 
 def _java_with_untrusted_certificate(bed: TlsBed) -> ToolResult:
