@@ -64,6 +64,21 @@ class BenchBroker:
     def describe_exit(self) -> str:
         raise NotImplementedError
 
+    def add_listeners(self, protocols: list[str], settings: dict[str, str]) -> dict[str, int]:
+        """Listeners named after their security protocol (SSL, SASL_SSL) next to PLAINTEXT,
+        each on a port of its own, and the settings they need; before the first start.
+        Returns the port of each."""
+        ports = {protocol: procs.free_port() for protocol in protocols}
+        self._configure(ports, settings)
+        return ports
+
+    def _configure(self, ports: dict[str, int], settings: dict[str, str]) -> None:
+        raise NotImplementedError
+
+
+def listener_list(ports: dict[str, int]) -> str:
+    return ",".join(f"{name}://127.0.0.1:{port}" for name, port in ports.items())
+
 
 class MoldauBroker(BenchBroker):
     name = "Moldau"
@@ -77,11 +92,17 @@ class MoldauBroker(BenchBroker):
         self.http_port = procs.free_port()
         self.proc: subprocess.Popen | None = None
         self.starts = 0
+        self.listeners = {"PLAINTEXT": self.port}
+        self.extra_settings: dict[str, str] = {}
 
     @property
     def pid(self) -> int:
         assert self.proc is not None
         return self.proc.pid
+
+    def _configure(self, ports: dict[str, int], settings: dict[str, str]) -> None:
+        self.listeners.update(ports)
+        self.extra_settings.update(settings)
 
     @property
     def log_dir(self) -> Path:
@@ -89,9 +110,10 @@ class MoldauBroker(BenchBroker):
 
     def command(self) -> list[str]:
         moldau = str(Path(sys.executable).with_name("moldau"))
-        settings = {"listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+        settings = {"listeners": listener_list(self.listeners),
                     "log.dirs": str(self.data),
-                    "http.listener": f"http://127.0.0.1:{self.http_port}", **COMMON_SETTINGS}
+                    "http.listener": f"http://127.0.0.1:{self.http_port}", **COMMON_SETTINGS,
+                    **self.extra_settings}
         command = [moldau, "broker"]
         for key, value in settings.items():
             command += ["--override", f"{key}={value}"]
@@ -166,6 +188,17 @@ class KafkaBroker(BenchBroker):
 
     def alive(self) -> bool:
         return self.node.alive
+
+    def _configure(self, ports: dict[str, int], settings: dict[str, str]) -> None:
+        assert not self.node.formatted, "listeners are written by the storage format"
+        node = self.node.settings
+        broker = {"PLAINTEXT": self.port, **ports}
+        node["listeners"] = listener_list(
+            {**broker, "CONTROLLER": self.node.controller_port})
+        node["advertised.listeners"] = listener_list(broker)
+        node["listener.security.protocol.map"] = ",".join(
+            f"{name}:{name}" for name in broker) + ",CONTROLLER:PLAINTEXT"
+        node.update(settings)
 
     def start(self) -> float:
         if not self.node.formatted:

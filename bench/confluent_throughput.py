@@ -50,10 +50,12 @@ def start_broker(data_dir: str, port: int) -> subprocess.Popen[str]:
     return process
 
 
-def produce(bootstrap: str, topic: str, records: int, size: int) -> float:
+def produce(bootstrap: str, topic: str, records: int, size: int,
+            client: dict[str, object] | None = None) -> float:
+    """Seconds to produce and flush; `client` adds settings (security, say)."""
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 5,
                          "batch.size": 1048576, "queue.buffering.max.kbytes": 1048576,
-                         "enable.idempotence": False})
+                         "enable.idempotence": False, **(client or {})})
     payload = os.urandom(size)
     started = time.perf_counter()
     for _ in range(records):
@@ -70,15 +72,18 @@ def produce(bootstrap: str, topic: str, records: int, size: int) -> float:
     return elapsed
 
 
-def consume(bootstrap: str, topic: str, records: int) -> float:
+def consume(bootstrap: str, topic: str, records: int,
+            client: dict[str, object] | None = None) -> float:
+    """Seconds to read `records` from the start of partition 0."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench",
                          "enable.auto.commit": False, "fetch.max.bytes": 52428800,
-                         "max.partition.fetch.bytes": 10485760})
+                         "max.partition.fetch.bytes": 10485760, **(client or {})})
     consumer.assign([TopicPartition(topic, 0, 0)])
     seen = 0
     started = time.perf_counter()
     while seen < records:
-        batch = consumer.consume(10000, timeout=10)
+        # No more than are left: consume() waits out its timeout for a batch it cannot fill.
+        batch = consumer.consume(min(10000, records - seen), timeout=10)
         if not batch:
             raise SystemExit(f"consumer stalled at {seen} records")
         seen += sum(1 for message in batch if message.error() is None)

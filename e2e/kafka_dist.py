@@ -146,6 +146,34 @@ def kafka_tool(tool: str, *args: str, **kwargs: object) -> ToolResult:
     return run_java(TOOLS[tool], *args, **kwargs)  # type: ignore[arg-type]
 
 
+def write_properties(path: Path, settings: dict[str, object]) -> Path:
+    """A Java properties file (a broker's server.properties, a tool's --command-config)."""
+    path.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
+    return path
+
+
+SASL_LOGIN_MODULES = {
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+}
+
+
+def sasl_client_settings(mechanism: str, user: str, password: str) -> dict[str, object]:
+    """A Java client's SASL settings: the mechanism and its JAAS login line."""
+    return {"sasl.mechanism": mechanism,
+            "sasl.jaas.config": f'{SASL_LOGIN_MODULES[mechanism]} required '
+                                f'username="{user}" password="{password}";'}
+
+
+def add_scram_user(bootstrap: str, user: str, password: str, mechanism: str) -> str:
+    """SCRAM credentials added with Kafka's kafka-configs (to Moldau or Kafka alike); the
+    tool's one-line answer."""
+    return kafka_tool("kafka-configs", "--bootstrap-server", bootstrap, "--alter",
+                      "--add-config", f"{mechanism}=[iterations=8192,password={password}]",
+                      "--entity-type", "users", "--entity-name", user).stdout.strip()
+
+
 def start_java(main: str, *args: str, stdout: Path, stderr: Path) -> subprocess.Popen:
     """A tool left running (a console consumer in a group, say); the caller stops it."""
     with open(stdout, "wb") as out, open(stderr, "wb") as err:
@@ -223,7 +251,7 @@ class KafkaBroker:
         return self.proc is not None and self.proc.poll() is None
 
     def format(self) -> None:
-        self.properties.write_text("".join(f"{k}={v}\n" for k, v in self.settings.items()))
+        write_properties(self.properties, self.settings)
         run_java(TOOLS["kafka-storage"], "format", "--cluster-id", self.cluster_id,
                  "--config", str(self.properties), "--release-version", METADATA_VERSION,
                  timeout=120)

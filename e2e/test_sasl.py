@@ -14,7 +14,13 @@ import pytest
 
 from e2e.certs import CertAuthority
 from e2e.conftest import _ACTIVE, Broker
-from e2e.kafka_dist import ensure_artifacts, kafka_tool
+from e2e.kafka_dist import (
+    add_scram_user,
+    ensure_artifacts,
+    kafka_tool,
+    sasl_client_settings,
+    write_properties,
+)
 from e2e.support import (
     aio_produce,
     ck_consume_all,
@@ -67,11 +73,7 @@ class SaslBed:
         self.bootstrap = self.broker.bootstrap
 
     def add_scram_user(self, user: str, password: str, mechanism: str) -> str:
-        result = kafka_tool("kafka-configs", "--bootstrap-server",
-                            f"127.0.0.1:{self.plaintext}", "--alter", "--add-config",
-                            f"{mechanism}=[iterations=8192,password={password}]",
-                            "--entity-type", "users", "--entity-name", user)
-        return result.stdout.strip()
+        return add_scram_user(f"127.0.0.1:{self.plaintext}", user, password, mechanism)
 
     def kp(self, mechanism: str, user: str, password: str) -> dict[str, object]:
         return {"security_protocol": "SASL_SSL", "ssl_cafile": self.ca_file,
@@ -134,15 +136,9 @@ def test_python_clients_over_sasl_ssl(bed: SaslBed, mechanism, user, password) -
 def test_java_client_over_sasl_ssl(bed: SaslBed, mechanism) -> None:
     user, password = ("alice", "alice-secret") if mechanism == "PLAIN" else (
         "scram512", "pw-512")
-    module = ("org.apache.kafka.common.security.plain.PlainLoginModule" if mechanism == "PLAIN"
-              else "org.apache.kafka.common.security.scram.ScramLoginModule")
-    config = bed.dir / f"java-{mechanism}.properties"
-    config.write_text(
-        "security.protocol=SASL_SSL\n"
-        f"sasl.mechanism={mechanism}\n"
-        f'sasl.jaas.config={module} required username="{user}" password="{password}";\n'
-        "ssl.truststore.type=PEM\n"
-        f"ssl.truststore.location={bed.ca_file}\n")
+    config = write_properties(bed.dir / f"java-{mechanism}.properties", {
+        "security.protocol": "SASL_SSL", **sasl_client_settings(mechanism, user, password),
+        "ssl.truststore.type": "PEM", "ssl.truststore.location": bed.ca_file})
     topic = unique("java-sasl")
     kafka_tool("kafka-topics", "--bootstrap-server", bed.bootstrap, "--command-config",
                str(config), "--create", "--topic", topic, "--partitions", "2")
