@@ -445,6 +445,23 @@ def _ck_rec(msg) -> Rec:
                msg.offset())
 
 
+def _ck_high_watermark(consumer, partition, timeout: float = 30.0) -> int:
+    """The partition's high watermark. A broker's metadata may not hold a partition yet (one
+    just restarted, or just created): librdkafka answers "Unknown partition", so ask again."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return consumer.get_watermark_offsets(partition, timeout=15)[1]
+        except KafkaException as exc:
+            unknown = exc.args[0].code() in (KafkaError._UNKNOWN_PARTITION,
+                                             KafkaError.UNKNOWN_TOPIC_OR_PART)
+            if not unknown or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 def ck_consume_all(bootstrap: str, topic: str, partitions: Iterable[int] = (0,),
                    raw: bool = False, **config: object) -> list:
     from confluent_kafka import OFFSET_BEGINNING, TopicPartition
@@ -452,7 +469,7 @@ def ck_consume_all(bootstrap: str, topic: str, partitions: Iterable[int] = (0,),
     consumer = ck_consumer(bootstrap, **config)
     try:
         partitions = list(partitions)
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=15)[1]
+        ends = {p: _ck_high_watermark(consumer, TopicPartition(topic, p))
                 for p in partitions}
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
         positions = {p: -1 for p in partitions}
