@@ -43,6 +43,33 @@ def wait_for_full_isrs(cluster: LocalCluster) -> None:
         raise AssertionError(f"{exc}; still lagging: {', '.join(lagging)}") from None
 
 
+def wait_for_agreement(cluster: LocalCluster, topic: str) -> None:
+    """Wait until every node's own Metadata answer names the same leader and ISR for each of
+    the topic's partitions. A deposed leader that has not yet applied the metadata that moved
+    its partition still answers as leader, with its own, older high watermark (Kafka's
+    brokers do too); a final read that asked it would find acknowledged records "lost"."""
+    differing: list[str] = []
+
+    def agreed() -> bool:
+        views = {}
+        try:
+            for node in cluster.alive_nodes():
+                view = cluster.metadata(ask=[node.node_id])
+                views[node.node_id] = {(state.partition, state.leader, state.isr)
+                                       for state in view.partitions if state.topic == topic}
+        except ProbeError as exc:
+            differing[:] = [str(exc)]
+            return False
+        answers = set(map(frozenset, views.values()))
+        differing[:] = [f"node {node}: {sorted(answer)}" for node, answer in views.items()]
+        return len(answers) == 1 and bool(next(iter(answers)))
+
+    try:
+        wait_until(agreed, RECOVERY_TIMEOUT, f"every node to agree on {topic}'s leaders")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; answers: {'; '.join(differing)}") from None
+
+
 def recover(cluster: LocalCluster, acknowledged: Callable[[], int], more: int) -> str | None:
     """Wait until every node is registered, every ISR is full and the workload has `more`
     acknowledgements again; None when that happened, else what did not (the history is
