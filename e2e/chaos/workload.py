@@ -10,22 +10,22 @@ replica check. Everything goes into a checker.History.
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
 from e2e.chaos.checker import FAIL, INFO, OK, History, Poll, Send
+from e2e.chaos.clients import ClientThreads, create_replicated_topic
 from e2e.support import ck_consume_all
-from e2e.test_cluster_failover import create_topic, replica_records
+from e2e.test_cluster_failover import replica_records
 from moldau.cluster.launcher import LocalCluster
 
 MESSAGE_TIMEOUT_MS = 30000  # a send not acknowledged by then is indeterminate
 
 
 @dataclass
-class QueueWorkload:
+class QueueWorkload(ClientThreads):
     bootstrap: str
     topic: str
     partitions: int = 3
@@ -33,30 +33,19 @@ class QueueWorkload:
     consumers: int = 2
     rate: float = 50.0  # sends per second per producer
     history: History = field(default_factory=History)
-    errors: list[str] = field(default_factory=list)  # client errors, for the report
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _threads: list[threading.Thread] = field(default_factory=list)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def create_topic(self) -> None:
-        create_topic(self.bootstrap, self.topic, self.partitions, 3,
-                     {"min.insync.replicas": "2"})
+        create_replicated_topic(self.bootstrap, self.topic, self.partitions)
 
     def start(self) -> QueueWorkload:
-        workers = [(self._produce, i) for i in range(self.producers)]
-        workers += [(self._consume, i) for i in range(self.consumers)]
-        for target, index in workers:
-            thread = threading.Thread(target=target, args=(index,), daemon=True)
-            thread.start()
-            self._threads.append(thread)
+        for index in range(self.producers):
+            self._spawn(self._produce, index, name=f"producer-{index}")
+        for index in range(self.consumers):
+            self._spawn(self._consume, index, name=f"consumer-{index}")
         return self
 
     def stop(self, timeout: float = MESSAGE_TIMEOUT_MS / 1000 + 60) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(timeout)
-            if thread.is_alive():
-                self.errors.append(f"{thread.name} still running {timeout:g} s after stop")
+        super().stop(timeout)
 
     def acknowledged(self) -> int:
         with self._lock:
