@@ -483,6 +483,20 @@ def ck_values(bootstrap: str, topic: str, partitions: int, isolation: str,
             ck_records(bootstrap, topic, partitions, isolation, timeout).items()}
 
 
+def ck_end_offsets(bootstrap: str, topic: str, partitions: int, isolation: str
+                   ) -> dict[int, int]:
+    """Each partition's end as a consumer with `isolation` sees it: the high watermark, or
+    for read_committed the last stable offset (below the first open transaction)."""
+    from confluent_kafka import TopicPartition
+
+    consumer = ck_consumer(bootstrap, **{"isolation.level": isolation})
+    try:
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=15)[1]
+                for p in range(partitions)}
+    finally:
+        consumer.close()
+
+
 def ck_records(bootstrap: str, topic: str, partitions: int, isolation: str,
                timeout: float = CONSUME_TIMEOUT) -> dict[int, list[tuple[int, bytes]]]:
     """ck_values with each value's offset: partition -> [(offset, value)]."""

@@ -34,6 +34,7 @@ def test_transactions_under_faults(chaos_seed: int, chaos_cluster: LocalCluster,
     anomalies = check(workload.history)
     conclude(tmp_path / "history.json", TEST_FILE, chaos_seed, schedule, chaos_faults,
              anomalies, unrecovered, f"{summary(workload.history, anomalies)}; "
-             f"{workload.restarts} producer restart(s)",
+             f"{workload.restarts} producer restart(s); final read after "
+             f"{workload.settled_after_s:.1f} s without open transactions",
              client_errors=workload.errors[:200], producer_restarts=workload.restarts,
              history=asdict(workload.history))

@@ -74,6 +74,14 @@ def test_each_anomaly_is_found(history: TxnHistory, kind: str) -> None:
     assert kinds(history) == [kind]
 
 
+def test_a_transaction_left_open_is_reported() -> None:
+    history = valid()
+    history.open_at_end = {1: (1, 3)}
+    assert [str(a) for a in check(history)] == [
+        "hanging-transaction: partition 1: a transaction open at 1 (high watermark 3) once "
+        "healed and settled"]
+
+
 def test_the_cycle_is_named() -> None:
     longer = valid()  # t1 -> t2 -> t5 -> t1
     longer.txns[0] = replace(longer.txns[0], reads=((9, 0, "x"),))

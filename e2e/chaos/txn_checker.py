@@ -23,7 +23,10 @@ Anomalies:
   Kafka orders concurrent transactions' records per partition only, so T1 may write before
   T2 in one partition and after it in another (G0), or write before T2 and read T2's commit
   later; both are allowed. `ww_deps=True` adds them (summary() counts those cycles);
-- unexpected: a value read that no transaction wrote.
+- unexpected: a value read that no transaction wrote;
+- hanging-transaction: a partition whose last stable offset stayed below its high watermark
+  (a transaction open, its marker never written) after the faults healed and every
+  transaction had timed out.
 """
 
 from __future__ import annotations
@@ -50,6 +53,8 @@ class Txn:
 class TxnHistory:
     txns: list[Txn] = field(default_factory=list)
     final: dict[int, list[tuple[int, str]]] = field(default_factory=dict)  # read_committed
+    # Partitions with a transaction still open before the final read: (LSO, high watermark).
+    open_at_end: dict[int, tuple[int, int]] = field(default_factory=dict)
 
 
 def check(history: TxnHistory, ww_deps: bool = False) -> list[Anomaly]:
@@ -75,6 +80,9 @@ def check(history: TxnHistory, ww_deps: bool = False) -> list[Anomaly]:
         elif source.outcome == UNKNOWN and not took_effect(source, final):
             anomalies.append(Anomaly("G1a", f"{reader} read {where}, written by {source.id} "
                                             "(unknown), none of whose values were kept"))
+    anomalies += [Anomaly("hanging-transaction", f"partition {partition}: a transaction open "
+                          f"at {stable} (high watermark {high}) once healed and settled")
+                  for partition, (stable, high) in sorted(history.open_at_end.items())]
     anomalies += [Anomaly("duplicate", f"{value} at {sorted(where)}")
                   for value, where in positions.items() if len(where) > 1]
     for txn in history.txns:

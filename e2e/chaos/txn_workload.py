@@ -15,18 +15,21 @@ from __future__ import annotations
 
 import itertools
 import random
+import time
 from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 
 from e2e.chaos.clients import ClientThreads, create_replicated_topic
 from e2e.chaos.txn_checker import ABORTED, COMMITTED, UNKNOWN, Txn, TxnHistory
-from e2e.support import ck_records
+from e2e.support import ck_end_offsets, ck_records
 
 CALL_TIMEOUT_S = 20.0  # init, send offsets, commit, abort
 TRANSACTION_TIMEOUT_MS = 10000  # what a replaced producer leaves open is aborted after this
 ABORT_SHARE = 0.25
 RETRY_COMMITS = 3
+# Longer than the transaction timeout, so that what a dead producer left open is ended.
+SETTLE_TIMEOUT_S = 60.0
 
 
 class Restart(Exception):
@@ -41,6 +44,7 @@ class TxnWorkload(ClientThreads):
     workers: int = 3
     history: TxnHistory = field(default_factory=TxnHistory)
     restarts: int = 0
+    settled_after_s: float = 0.0  # how long the final read waited for open transactions
 
     def create_topic(self) -> None:
         create_replicated_topic(self.bootstrap, self.topic, self.partitions)
@@ -57,9 +61,25 @@ class TxnWorkload(ClientThreads):
         with self._lock:
             return sum(1 for txn in self.history.txns if txn.outcome == COMMITTED)
 
-    def final_read(self) -> None:
-        """Every partition read_committed from the beginning (read_committed waits for
-        transactions left open to be ended, by a new producer or their timeout)."""
+    def final_read(self, settle_timeout: float = SETTLE_TIMEOUT_S) -> None:
+        """Every partition read_committed from the beginning, once no transaction is open
+        on any: EndTxn is answered when the commit is prepared and the markers follow, and
+        a transaction left open by a replaced producer ends by its timeout. A partition
+        still holding an open transaction after `settle_timeout` goes into the history's
+        `open_at_end` (last stable offset, high watermark), and the read stops there."""
+        def open_partitions() -> dict[int, tuple[int, int]]:
+            stable = ck_end_offsets(self.bootstrap, self.topic, self.partitions,
+                                    "read_committed")
+            high = ck_end_offsets(self.bootstrap, self.topic, self.partitions,
+                                  "read_uncommitted")
+            return {p: (stable[p], high[p]) for p in high if stable[p] < high[p]}
+
+        started = time.monotonic()
+        while (still_open := open_partitions()) and \
+                time.monotonic() < started + settle_timeout:
+            time.sleep(0.5)
+        self.settled_after_s = time.monotonic() - started
+        self.history.open_at_end = still_open
         stored = ck_records(self.bootstrap, self.topic, self.partitions, "read_committed",
                             timeout=120)
         self.history.final = {partition: [(offset, value.decode()) for offset, value in rows]
@@ -103,6 +123,9 @@ class TxnWorkload(ClientThreads):
                 self._transaction(f"w{worker}-{next(numbers)}", rng, producer, consumer)
         finally:
             consumer.close()
+            # Not left to the garbage collector: a producer kept alive by a traceback would
+            # go on reconnecting to these addresses, which a later run's nodes may take.
+            producer.close()
 
     def _transaction(self, txn_id: str, rng: random.Random, producer: Producer,
                      consumer: Consumer) -> None:
