@@ -47,6 +47,8 @@ class Txn:
     writes: tuple[tuple[int, str], ...]  # (partition, value)
     outcome: str
     error: str = ""
+    started: float = 0.0  # wall-clock seconds, to match against the brokers' logs
+    ended: float = 0.0
 
 
 @dataclass

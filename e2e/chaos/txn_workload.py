@@ -132,6 +132,7 @@ class TxnWorkload(ClientThreads):
         reads: list[tuple[int, int, str]] = []
         writes: list[tuple[int, str]] = []
         committing = False
+        started = time.time()
         try:
             producer.begin_transaction()
             for message in consumer.consume(50, timeout=0.2):
@@ -158,7 +159,8 @@ class TxnWorkload(ClientThreads):
         except (KafkaException, BufferError) as exc:
             outcome, error = self._after_error(exc, producer, committing)
         with self._lock:
-            self.history.txns.append(Txn(txn_id, tuple(reads), tuple(writes), outcome, error))
+            self.history.txns.append(Txn(txn_id, tuple(reads), tuple(writes), outcome, error,
+                                         started, time.time()))
         if error and outcome != COMMITTED:
             # Whatever failed may fail the next transaction too; a new producer starts clean.
             raise Restart(f"{txn_id} {outcome}: {error}")
