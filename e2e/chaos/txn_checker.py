@@ -55,6 +55,9 @@ class Txn:
 class TxnHistory:
     txns: list[Txn] = field(default_factory=list)
     final: dict[int, list[tuple[int, str]]] = field(default_factory=dict)  # read_committed
+    # What librdkafka reported for each value sent: "partition:offset", or the error (for
+    # the record; the checker goes by the reads).
+    deliveries: dict[str, str] = field(default_factory=dict)
     # Partitions with a transaction still open before the final read: (LSO, high watermark).
     open_at_end: dict[int, tuple[int, int]] = field(default_factory=dict)
 

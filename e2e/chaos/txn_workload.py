@@ -18,7 +18,15 @@ import random
 import time
 from dataclasses import dataclass, field
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 
 from e2e.chaos.clients import ClientThreads, create_replicated_topic
 from e2e.chaos.txn_checker import ABORTED, COMMITTED, UNKNOWN, Txn, TxnHistory
@@ -45,6 +53,8 @@ class TxnWorkload(ClientThreads):
     history: TxnHistory = field(default_factory=TxnHistory)
     restarts: int = 0
     settled_after_s: float = 0.0  # how long the final read waited for open transactions
+    # Transactions under way: id -> (reads, writes, start), filled in as they go.
+    _open: dict[str, tuple[list, list, float]] = field(default_factory=dict)
 
     def create_topic(self) -> None:
         create_replicated_topic(self.bootstrap, self.topic, self.partitions)
@@ -55,7 +65,15 @@ class TxnWorkload(ClientThreads):
         return self
 
     def stop(self, timeout: float = (RETRY_COMMITS + 2) * CALL_TIMEOUT_S) -> None:
+        """Stop the workers; the transaction of one still blocked (librdkafka's
+        send_offsets_to_transaction can outlast its timeout while the group coordinator is
+        unreachable) goes into the history with an unknown outcome."""
         super().stop(timeout)
+        with self._lock:
+            for txn_id, (reads, writes, started) in self._open.items():
+                self.history.txns.append(Txn(txn_id, tuple(reads), tuple(writes), UNKNOWN,
+                                             "still running at the stop", started))
+            self._open.clear()
 
     def committed(self) -> int:
         with self._lock:
@@ -133,6 +151,9 @@ class TxnWorkload(ClientThreads):
         writes: list[tuple[int, str]] = []
         committing = False
         started = time.time()
+        with self._lock:
+            self._open[txn_id] = (reads, writes, started)
+        producer.poll(0)  # serve the delivery reports left (of purged messages)
         try:
             producer.begin_transaction()
             for message in consumer.consume(50, timeout=0.2):
@@ -142,7 +163,8 @@ class TxnWorkload(ClientThreads):
             for index, partition in enumerate(rng.sample(range(self.partitions),
                                                           rng.randint(2, 3))):
                 value = f"{txn_id}-{index}"
-                producer.produce(self.topic, value.encode(), partition=partition)
+                producer.produce(self.topic, value.encode(), partition=partition,
+                                 on_delivery=self._delivered)
                 writes.append((partition, value))
             positions = [tp for tp in consumer.position(consumer.assignment())
                          if tp.offset >= 0]
@@ -159,11 +181,17 @@ class TxnWorkload(ClientThreads):
         except (KafkaException, BufferError) as exc:
             outcome, error = self._after_error(exc, producer, committing)
         with self._lock:
+            del self._open[txn_id]
             self.history.txns.append(Txn(txn_id, tuple(reads), tuple(writes), outcome, error,
                                          started, time.time()))
         if error and outcome != COMMITTED:
             # Whatever failed may fail the next transaction too; a new producer starts clean.
             raise Restart(f"{txn_id} {outcome}: {error}")
+
+    def _delivered(self, err: KafkaError | None, message: Message) -> None:
+        with self._lock:
+            self.history.deliveries[message.value().decode()] = (
+                f"{message.partition()}:{message.offset()}" if err is None else str(err))
 
     def _after_error(self, exc: KafkaException | BufferError, producer: Producer,
                      committing: bool) -> tuple[str, str]:
