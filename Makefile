@@ -148,15 +148,16 @@ kafka-config-names: kafka-deps
 	java -cp "$$(bash java/fetch-kafka.sh | tail -n 1)/lib/*" \
 		java/tools/KafkaBrokerConfigNames.java > client/src/moldau/client/kafka_broker_configs.txt
 
-## Soak the fault-injection suite (e2e/chaos, needs root for network namespaces): the queue
-## and the metadata-quorum workloads, each under CHAOS_SCHEDULES seeded schedules from
-## CHAOS_FIRST_SEED; see docs/chaos.md.
+## Soak the fault-injection suite (e2e/chaos, needs root for network namespaces): the queue,
+## the transactional and the metadata-quorum workloads, each under CHAOS_SCHEDULES seeded
+## schedules from CHAOS_FIRST_SEED; see docs/chaos.md.
 CHAOS_SCHEDULES ?= 100
 CHAOS_FIRST_SEED ?= 1
 .PHONY: chaos
 chaos: install tools
 	CHAOS_SCHEDULES=$(CHAOS_SCHEDULES) CHAOS_FIRST_SEED=$(CHAOS_FIRST_SEED) \
-		$(BIN)/pytest -m chaos e2e/chaos/test_chaos.py e2e/chaos/test_metadata_quorum.py
+		$(BIN)/pytest -m chaos e2e/chaos/test_chaos.py e2e/chaos/test_txn.py \
+		e2e/chaos/test_metadata_quorum.py
 
 ## Soak the protocol fuzz targets (fuzz/, atheris): FUZZ_RUNS inputs per target under RSS and
 ## per-input time limits, new inputs kept under build/fuzz/; each prints libFuzzer's final

@@ -496,6 +496,27 @@ def ck_values(bootstrap: str, topic: str, partitions: int, isolation: str,
               timeout: float = CONSUME_TIMEOUT) -> dict[int, list[bytes]]:
     """Every value of each partition from the log start to the high watermark, read with
     `isolation` (read_committed must find no transaction open, else it waits for one)."""
+    return {partition: [value for _, value in records] for partition, records in
+            ck_records(bootstrap, topic, partitions, isolation, timeout).items()}
+
+
+def ck_end_offsets(bootstrap: str, topic: str, partitions: int, isolation: str
+                   ) -> dict[int, int]:
+    """Each partition's end as a consumer with `isolation` sees it: the high watermark, or
+    for read_committed the last stable offset (below the first open transaction)."""
+    from confluent_kafka import TopicPartition
+
+    consumer = ck_consumer(bootstrap, **{"isolation.level": isolation})
+    try:
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=15)[1]
+                for p in range(partitions)}
+    finally:
+        consumer.close()
+
+
+def ck_records(bootstrap: str, topic: str, partitions: int, isolation: str,
+               timeout: float = CONSUME_TIMEOUT) -> dict[int, list[tuple[int, bytes]]]:
+    """ck_values with each value's offset: partition -> [(offset, value)]."""
     from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
     consumer = ck_consumer(bootstrap, **{"isolation.level": isolation})
@@ -503,7 +524,7 @@ def ck_values(bootstrap: str, topic: str, partitions: int, isolation: str,
         ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=15)[1]
                 for p in range(partitions)}
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-        out: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
+        out: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(partitions)}
         deadline = time.monotonic() + timeout
 
         def behind() -> list[int]:
@@ -514,7 +535,7 @@ def ck_values(bootstrap: str, topic: str, partitions: int, isolation: str,
             assert time.monotonic() < deadline, f"{topic} stuck; read {out}"
             message = consumer.poll(0.5)
             if message is not None and message.error() is None:
-                out[message.partition()].append(message.value())
+                out[message.partition()].append((message.offset(), message.value()))
         return out
     finally:
         consumer.close()

@@ -1,5 +1,6 @@
-"""What every workload test does around its schedule: progress lines, and waiting for the
-cluster to recover after the faults are healed."""
+"""What every workload test does around its schedule: progress lines, running the workload
+through the schedule, waiting for the cluster to recover after the faults are healed, and
+the verdict with the history written."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 from e2e.chaos.checker import Anomaly
 from e2e.chaos.faults import Faults
@@ -108,3 +110,48 @@ def verdict(seed: int, test_file: str, anomalies: list[Anomaly], unrecovered: st
         + "\n".join(map(str, anomalies[:20]))
         + (f"\nthe cluster did not recover: {unrecovered}" if unrecovered else "")
         + f"\nreplay with: {replay_command(seed, test_file)}")
+
+
+class Workload(Protocol):
+    topic: str
+    partitions: int
+
+    def start(self) -> object: ...
+
+    def stop(self) -> None: ...
+
+
+def under_schedule(schedule: Schedule, cluster: LocalCluster, faults: Faults,
+                   workload: Workload, progress: Callable[[], int], first: int, more: int,
+                   what: str, first_timeout: float = 60.0) -> str | None:
+    """Start the workload, wait for `first` units of `progress` (`what`), run the schedule
+    against its topic, then recover() with `more`; the clients are stopped whatever
+    happens, and then every node must agree on the topic's leaders before the final read
+    (wait_for_agreement). Returns what did not recover, or None."""
+    workload.start()
+    try:
+        wait_until(lambda: progress() >= first, first_timeout, what)
+        run_schedule(schedule, faults, workload.topic, workload.partitions)
+        unrecovered = recover(cluster, progress, more)
+    finally:
+        say("stopping the clients")
+        workload.stop()
+    try:
+        wait_for_agreement(cluster, workload.topic)
+    except AssertionError as exc:
+        say(f"not recovered: {exc}")
+        return f"{unrecovered}; {exc}" if unrecovered else str(exc)
+    return unrecovered
+
+
+def conclude(path: Path, test_file: str, seed: int, schedule: Schedule, faults: Faults,
+             anomalies: list[Anomaly], unrecovered: str | None, summary: str,
+             **content: object) -> None:
+    """Write the history (with the schedule, the faults as they struck and the anomalies),
+    print the summary line and give the verdict."""
+    history_path = write_history(
+        path, seed=seed, schedule=schedule.describe(),
+        faults=[str(event) for event in faults.events],
+        anomalies=[str(a) for a in anomalies], unrecovered=unrecovered, **content)
+    say(summary)
+    verdict(seed, test_file, anomalies, unrecovered, history_path)

@@ -14,10 +14,9 @@ import pytest
 
 from e2e.chaos.checker import check, replica_divergence, resent, summary
 from e2e.chaos.faults import Faults
-from e2e.chaos.recovery import recover, run_schedule, say, verdict, write_history
+from e2e.chaos.recovery import conclude, say, under_schedule
 from e2e.chaos.schedule import Schedule
 from e2e.chaos.workload import QueueWorkload
-from e2e.support import wait_until
 from moldau.cluster.launcher import LocalCluster
 
 pytestmark = pytest.mark.chaos
@@ -28,17 +27,10 @@ def test_queue_under_faults(chaos_seed: int, chaos_cluster: LocalCluster, chaos_
                             tmp_path: Path) -> None:
     schedule = Schedule.from_seed(chaos_seed)
     say(schedule.describe())
-    faults = chaos_faults
     workload = QueueWorkload(chaos_cluster.bootstrap_servers, f"queue-{chaos_seed}")
     workload.create_topic()
-    workload.start()
-    try:
-        wait_until(lambda: workload.acknowledged() >= 100, 60, "the first acknowledgements")
-        run_schedule(schedule, faults, workload.topic, workload.partitions)
-        unrecovered = recover(chaos_cluster, workload.acknowledged, 100)
-    finally:
-        say("stopping the clients")
-        workload.stop()
+    unrecovered = under_schedule(schedule, chaos_cluster, chaos_faults, workload,
+                                 workload.acknowledged, 100, 100, "the first acknowledgements")
     say("final read")
     high_watermarks = workload.final_read()
     # An ISR full when `recover` looked may shrink again before the read (a follower still
@@ -54,11 +46,8 @@ def test_queue_under_faults(chaos_seed: int, chaos_cluster: LocalCluster, chaos_
     workload.record_writers(replicas)  # tells a client's re-send from a broker's duplicate
     anomalies = check(workload.history)
     anomalies += replica_divergence(workload.history, replicas, high_watermarks, in_sync)
-    history_path = write_history(
-        tmp_path / "history.json", seed=chaos_seed, schedule=schedule.describe(),
-        faults=[str(event) for event in faults.events], client_errors=workload.errors[:200],
-        anomalies=[str(a) for a in anomalies], resent=resent(workload.history),
-        unrecovered=unrecovered, in_sync={str(p): list(isr) for p, isr in in_sync.items()},
-        history=asdict(workload.history))
-    say(summary(workload.history, anomalies))
-    verdict(chaos_seed, TEST_FILE, anomalies, unrecovered, history_path)
+    conclude(tmp_path / "history.json", TEST_FILE, chaos_seed, schedule, chaos_faults,
+             anomalies, unrecovered, summary(workload.history, anomalies),
+             client_errors=workload.errors[:200], resent=resent(workload.history),
+             in_sync={str(p): list(isr) for p, isr in in_sync.items()},
+             history=asdict(workload.history))

@@ -15,11 +15,10 @@ from e2e.chaos.metadata_workload import MetadataWorkload
 from e2e.chaos.quorum_checker import check, summary
 from e2e.chaos.recovery import (
     RECOVERY_TIMEOUT,
+    conclude,
     recover,
     run_schedule,
     say,
-    verdict,
-    write_history,
 )
 from e2e.chaos.schedule import Schedule
 from e2e.support import wait_until
@@ -56,10 +55,6 @@ def test_metadata_under_faults(chaos_seed: int, chaos_cluster: LocalCluster,
     finally:
         admin.close()
     anomalies = check(workload.history)
-    history_path = write_history(
-        tmp_path / "history.json", seed=chaos_seed, schedule=schedule.describe(),
-        faults=[str(event) for event in chaos_faults.events],
-        client_errors=workload.errors[:200], anomalies=[str(a) for a in anomalies],
-        unrecovered=unrecovered, history=asdict(workload.history))
-    say(summary(workload.history, anomalies))
-    verdict(chaos_seed, TEST_FILE, anomalies, unrecovered, history_path)
+    conclude(tmp_path / "history.json", TEST_FILE, chaos_seed, schedule, chaos_faults,
+             anomalies, unrecovered, summary(workload.history, anomalies),
+             client_errors=workload.errors[:200], history=asdict(workload.history))

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import re
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,8 +23,8 @@ from typing import NamedTuple
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
 from e2e.chaos.checker import FAIL, INFO, OK, EpochBump, History, Poll, Send, Writer, duplicated
+from e2e.chaos.clients import ClientThreads, create_replicated_topic
 from e2e.support import ck_consume_all, segment_batches, wait_until
-from e2e.test_cluster_failover import create_topic
 from moldau.cluster.launcher import LocalCluster
 from moldau.cluster.probe import ClusterView, ProbeError
 from moldau.records.batch import NO_SEQUENCE
@@ -65,7 +64,7 @@ class EpochBumpLog(logging.Handler):
 
 
 @dataclass
-class QueueWorkload:
+class QueueWorkload(ClientThreads):
     bootstrap: str
     topic: str
     partitions: int = 3
@@ -73,30 +72,19 @@ class QueueWorkload:
     consumers: int = 2
     rate: float = 50.0  # sends per second per producer
     history: History = field(default_factory=History)
-    errors: list[str] = field(default_factory=list)  # client errors, for the report
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _threads: list[threading.Thread] = field(default_factory=list)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def create_topic(self) -> None:
-        create_topic(self.bootstrap, self.topic, self.partitions, 3,
-                     {"min.insync.replicas": "2"})
+        create_replicated_topic(self.bootstrap, self.topic, self.partitions)
 
     def start(self) -> QueueWorkload:
-        workers = [(self._produce, i) for i in range(self.producers)]
-        workers += [(self._consume, i) for i in range(self.consumers)]
-        for target, index in workers:
-            thread = threading.Thread(target=target, args=(index,), daemon=True)
-            thread.start()
-            self._threads.append(thread)
+        for index in range(self.producers):
+            self._spawn(self._produce, index, name=f"producer-{index}")
+        for index in range(self.consumers):
+            self._spawn(self._consume, index, name=f"consumer-{index}")
         return self
 
     def stop(self, timeout: float = MESSAGE_TIMEOUT_MS / 1000 + 60) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(timeout)
-            if thread.is_alive():
-                self.errors.append(f"{thread.name} still running {timeout:g} s after stop")
+        super().stop(timeout)
 
     def acknowledged(self) -> int:
         with self._lock:
