@@ -35,13 +35,13 @@ RETRIABLE = (14, 15, 19, 7)
 UNVERIFIED = {"transaction.partition.verification.enable": "false"}
 
 
-@pytest.fixture
-def broker(broker_factory) -> Broker:
+@pytest.fixture(name="broker")
+def unverified_broker(broker_factory) -> Broker:
     return broker_factory(UNVERIFIED)
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+@pytest.fixture(name="cluster")
+def unverified_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
     local = LocalCluster(tmp_path / "cluster", brokers=3, base_port=free_base_port(3),
                          overrides={**FAST_FAILOVER, **UNVERIFIED})
     local.start(timeout=60)
