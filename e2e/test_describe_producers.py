@@ -9,12 +9,18 @@ import pytest
 from e2e import wire
 from e2e.support import ck_create_topic, unique, wait_until
 from e2e.test_cluster_failover import create_topic, partition_state
-from e2e.test_transactions import Scenario
+from e2e.test_transactions import (  # the cluster's brokers do not verify
+    UNVERIFIED,
+    Scenario,
+    unverified_cluster,  # noqa: F401
+)
 from e2e.test_txn_offsets import Txn
 from e2e.txn_wire import describe_producers
 from moldau.cluster.launcher import LocalCluster
 
 pytestmark = pytest.mark.timeout(180)
+# Scenario writes transactions by hand as its own coordinator (see test_transactions.py).
+BROKER_OVERRIDES = UNVERIFIED
 TIMEOUT = 60.0
 
 

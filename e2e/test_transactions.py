@@ -9,12 +9,16 @@ isolation.level=read_committed must then see exactly the committed records.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 from e2e import wire
+from e2e.conftest import FAST_FAILOVER, Broker
 from e2e.support import ck_consumer, ck_create_topic, kp_consumer, unique, wait_until
 from e2e.test_cluster_failover import create_topic, partition_state
-from moldau.cluster.launcher import LocalCluster
+from moldau.cluster.launcher import LocalCluster, free_base_port
 
 PLAIN = [b"plain-0", b"plain-1"]
 COMMITTED = [b"c1", b"c2"]
@@ -22,6 +26,29 @@ ABORTED = [b"a1", b"a2", b"a3"]
 TIMEOUT = 60.0
 # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_ENOUGH_REPLICAS, REQUEST_TIMED_OUT
 RETRIABLE = (14, 15, 19, 7)
+
+
+# These tests act as the transaction coordinator themselves (transactional writes under
+# made-up transactional ids, markers through WriteTxnMarkers), so the partition leaders must
+# not ask a coordinator about them first (KIP-890 verification, see
+# test_txn_verification.py).
+UNVERIFIED = {"transaction.partition.verification.enable": "false"}
+
+
+@pytest.fixture(name="broker")
+def unverified_broker(broker_factory) -> Broker:
+    return broker_factory(UNVERIFIED)
+
+
+@pytest.fixture(name="cluster")
+def unverified_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    local = LocalCluster(tmp_path / "cluster", brokers=3, base_port=free_base_port(3),
+                         overrides={**FAST_FAILOVER, **UNVERIFIED})
+    local.start(timeout=60)
+    try:
+        yield local
+    finally:
+        local.stop(timeout=30)
 
 
 def fresh_producer_id(conn: wire.Conn) -> int:

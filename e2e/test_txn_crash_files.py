@@ -15,7 +15,10 @@ import pytest
 
 from e2e import wire
 from e2e.support import ck_create_topic, segment_batches, unique
-from e2e.test_transactions import Scenario
+from e2e.test_transactions import (  # a broker that does not verify: Scenario coordinates
+    Scenario,
+    unverified_broker,  # noqa: F401
+)
 from e2e.test_txn_offsets import Txn
 from e2e.txn_wire import UNSTABLE_OFFSET_COMMIT
 from moldau.broker.coordinators.group.records import OFFSETS_TOPIC

@@ -1,5 +1,6 @@
-"""Raw requests of transactional offsets and producer state, built by hand as in wire.py:
-TxnOffsetCommit (v0 and v3), OffsetFetch v8 with require_stable, DescribeProducers v0."""
+"""Raw requests of transactions, transactional offsets and producer state, built by hand as
+in wire.py: AddPartitionsToTxn v3, TxnOffsetCommit (v0 and v3), OffsetFetch v8 with
+require_stable, DescribeProducers v0."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from e2e.wire import (
 )
 
 OFFSET_FETCH = 9
+ADD_PARTITIONS_TO_TXN = 24
 TXN_OFFSET_COMMIT = 28
 DESCRIBE_PRODUCERS = 61
 
@@ -29,6 +31,7 @@ ILLEGAL_GENERATION = 22
 INVALID_GROUP_ID = 24
 UNKNOWN_MEMBER_ID = 25
 INVALID_PRODUCER_EPOCH = 47
+INVALID_TXN_STATE = 48
 UNSTABLE_OFFSET_COMMIT = 88
 
 
@@ -44,6 +47,31 @@ class TxnCommit:
     generation: int = -1
     member_id: str = ""
     instance_id: str | None = None
+
+
+def add_partitions_to_txn(conn: Conn, correlation_id: int, transactional_id: str,
+                          producer_id: int, producer_epoch: int,
+                          partitions: dict[str, list[int]]) -> dict[tuple[str, int], int]:
+    """AddPartitionsToTxn v3 (what a producer sends): error code per (topic, partition)."""
+    topics = [compact_string(topic) + compact_array([int32(p) for p in parts]) + TAGS
+              for topic, parts in partitions.items()]
+    body = (compact_string(transactional_id) + int64(producer_id) + int16(producer_epoch)
+            + compact_array(topics) + TAGS)
+    conn.send(request(ADD_PARTITIONS_TO_TXN, 3, correlation_id, body, flexible=True))
+    corr, reader = conn.recv_response(header_v1=True)
+    assert corr == correlation_id
+    reader.int32()  # throttle
+    out = {}
+    for _ in range(reader.compact_array_len()):
+        topic = reader.compact_string()
+        for _ in range(reader.compact_array_len()):
+            partition, error = reader.int32(), reader.int16()
+            reader.tags()
+            out[(topic, partition)] = error
+        reader.tags()
+    reader.tags()
+    reader.done()
+    return out
 
 
 def txn_offset_commit(conn: Conn, correlation_id: int, commit: TxnCommit, version: int = 3

@@ -29,11 +29,10 @@ class Target:
 
 def without_transaction_verification(target: Target) -> None:
     """Transactions driven by hand have no coordinator to verify their partitions with
-    (KIP-890): Apache Kafka must not ask one. Moldau does not verify yet."""
-    if target.kind == "kafka":
-        kafka_tool("kafka-configs", "--bootstrap-server", target.bootstrap,
-                   "--entity-type", "brokers", "--entity-default", "--alter",
-                   "--add-config", "transaction.partition.verification.enable=false")
+    (KIP-890): neither broker may ask one. The same dynamic cluster-wide setting on both."""
+    kafka_tool("kafka-configs", "--bootstrap-server", target.bootstrap,
+               "--entity-type", "brokers", "--entity-default", "--alter",
+               "--add-config", "transaction.partition.verification.enable=false")
 
 
 # --------------------------------------------------------------------------- client driver

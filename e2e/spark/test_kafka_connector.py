@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from e2e.spark.rows import kafka_recs
-from e2e.spark.transactions import assert_isolation_levels
+from e2e.spark.transactions import BROKER_SETTINGS, assert_isolation_levels
 from e2e.support import (
     assert_records_equal,
     kp_create_topic,
@@ -14,6 +14,8 @@ from e2e.support import (
     unique,
     with_offsets,
 )
+
+BROKER_OVERRIDES = BROKER_SETTINGS
 
 
 def test_batch_read_with_per_partition_offsets(spark, module_broker) -> None:

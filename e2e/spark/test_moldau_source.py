@@ -8,7 +8,7 @@ import json
 import pytest
 
 from e2e.spark.rows import kafka_recs
-from e2e.spark.transactions import assert_isolation_levels
+from e2e.spark.transactions import BROKER_SETTINGS, assert_isolation_levels
 from e2e.support import (
     assert_records_equal,
     kp_create_topic,
@@ -18,6 +18,8 @@ from e2e.support import (
     with_offsets,
 )
 from moldau.client import Admin, TopicPartition
+
+BROKER_OVERRIDES = BROKER_SETTINGS
 
 
 def read(spark, fmt: str, bootstrap: str, **options: str):

@@ -57,10 +57,11 @@ def test_which_batches_touch_this_broker():
 
 def test_the_dynamic_keys_are_the_topic_defaults_moldau_applies():
     """Every broker name of a topic setting's default, except those Moldau stores but does
-    not act on yet (broker-side recompression levels, tiered storage), and the replication
-    throttle rates."""
+    not act on yet (broker-side recompression levels, tiered storage), the replication
+    throttle rates, and transaction verification (a cluster-wide dynamic setting in Kafka)."""
     not_applied = {"compression.gzip.level", "compression.lz4.level", "compression.zstd.level",
                    "log.local.retention.bytes", "log.local.retention.ms"}
     synonyms = {prop for props in BROKER_SYNONYMS.values() for prop in props}
     applied = {prop for prop in synonyms if prop in BROKER_CONFIG and prop not in not_applied}
-    assert applied | REPLICATION_THROTTLE_RATES == DYNAMIC_BROKER_KEYS
+    assert applied | REPLICATION_THROTTLE_RATES \
+        | {"transaction.partition.verification.enable"} == DYNAMIC_BROKER_KEYS

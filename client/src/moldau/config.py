@@ -35,7 +35,8 @@ REPLICATION_THROTTLE_RATES = frozenset({
 
 # Broker settings Moldau applies without a restart when set as dynamic broker configs
 # (IncrementalAlterConfigs on a BROKER resource): the broker-level defaults of the topic
-# settings it implements, and the replication throttle rates. Shared by the broker, which
+# settings it implements, the replication throttle rates, and transaction verification
+# (cluster-wide in Kafka, read at each produce request). Shared by the broker, which
 # accepts only these, and the operator, which applies changes of these without rolling pods.
 DYNAMIC_BROKER_KEYS = frozenset({
     "compression.type", "log.cleaner.delete.retention.ms", "log.cleaner.max.compaction.lag.ms",
@@ -47,7 +48,8 @@ DYNAMIC_BROKER_KEYS = frozenset({
     "log.retention.hours", "log.retention.minutes", "log.retention.ms", "log.roll.hours",
     "log.roll.jitter.hours", "log.roll.jitter.ms", "log.roll.ms", "log.segment.bytes",
     "log.segment.delete.delay.ms", "message.max.bytes", "min.insync.replicas",
-    "unclean.leader.election.enable"}) | REPLICATION_THROTTLE_RATES
+    "unclean.leader.election.enable", "transaction.partition.verification.enable",
+}) | REPLICATION_THROTTLE_RATES
 
 
 class ConfigError(ValueError):

@@ -313,3 +313,48 @@ def test_active_producers_for_describe_producers(tmp_path):
     assert active[P1].last_timestamp == 5_000  # the marker's
     assert active[P2].last_timestamp == 1_002  # the batch's newest record
     plog.close()
+
+
+def verified_append(plog: PartitionLog, batch: bytes, guard: object) -> int:
+    buf = bytearray(batch)
+    info = plog.append_as_leader(buf, headers_of(buf), leader_epoch=0,
+                                 log_append_time_ms=None, verify_txn=True,
+                                 guard=guard)  # type: ignore[arg-type]
+    plog.high_watermark = plog.log_end_offset
+    return info.first_offset
+
+
+def test_a_transaction_starts_only_with_the_producers_verification_guard(tmp_path):
+    """KIP-890: the first transactional batch of a producer needs the guard of its
+    verification; once the transaction is ongoing no guard is asked for."""
+    plog = open_log(tmp_path / "orders-0")
+    guard = plog.verification_guard(P1, 0)
+    assert guard is not None and plog.verification_guard(P1, 0) is guard  # reused
+    for wrong in (None, object()):
+        with pytest.raises(KafkaError) as refused:
+            verified_append(plog, txn_batch(P1, 0, 2), wrong)
+        assert refused.value.code is ErrorCode.invalid_txn_state
+    assert plog.log_end_offset == 0
+    assert verified_append(plog, txn_batch(P1, 0, 2), guard) == 0
+    assert plog.verification_guard(P1, 0) is None  # ongoing: nothing to verify
+    assert verified_append(plog, txn_batch(P1, 2, 1), None) == 2
+    # Without verification (a broker with it disabled, the coordinators' own writes) no
+    # guard is needed.
+    assert produce(plog, txn_batch(P2, 0, 1)) == 3
+
+
+def test_a_marker_voids_a_verification_in_flight(tmp_path):
+    """A guard obtained before the transaction's marker cannot start a transaction after it:
+    the late write of an aborted transaction is refused."""
+    plog = open_log(tmp_path / "orders-0")
+    first = plog.verification_guard(P1, 0)
+    assert verified_append(plog, txn_batch(P1, 0, 1), first) == 0
+    late = plog.verification_guard(P2, 0)  # P2's verification is out ...
+    assert late is not None
+    end_txn(plog, P2, commit=False)  # ... when an abort for P2 is written
+    with pytest.raises(KafkaError) as refused:
+        verified_append(plog, txn_batch(P2, 0, 1), late)
+    assert refused.value.code is ErrorCode.invalid_txn_state
+    fresh = plog.verification_guard(P2, 0)
+    assert fresh is not None and fresh is not late
+    assert verified_append(plog, txn_batch(P2, 0, 1), fresh) == 2

@@ -249,6 +249,10 @@ BROKER_CONFIG = ConfigDef([
     ConfigKey("transaction.abort.timed.out.transaction.cleanup.interval.ms", T.INT, 10000,
               "How often transactions past their timeout are looked for and aborted",
               at_least(1)),
+    ConfigKey("transaction.partition.verification.enable", T.BOOLEAN, True,
+              "Before the first transactional write of a producer to a partition, the leader "
+              "checks with the transaction coordinator that the partition is in the "
+              "producer's ongoing transaction (KIP-890)"),
     ConfigKey("transaction.remove.expired.transaction.cleanup.interval.ms", T.INT, 3600000,
               "How often transactional ids idle past transactional.id.expiration.ms are "
               "removed", at_least(1)),

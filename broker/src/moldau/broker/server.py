@@ -50,6 +50,7 @@ from moldau.broker.network.response import Response
 from moldau.broker.network.server import SocketServer
 from moldau.broker.raft.tcp_transport import Service
 from moldau.broker.replication.manager import ReplicaManager
+from moldau.broker.replication.txn_verification import TransactionVerifier
 from moldau.broker.security.authorizer import AllowEverything, Authorizer, parse_super_users
 from moldau.broker.security.forwarding import address_bytes, principal_bytes
 from moldau.broker.security.outgoing import controller_security, inter_broker_security
@@ -227,6 +228,9 @@ class Broker:
         self.quorum.subscribe(self.replicas.on_metadata)
         await self.replicas.start()
         self.producer_ids = ProducerIdManager(self.controller_channel, self.node_id)
+        self.txn_verifier = TransactionVerifier(
+            self.node_id, self.replicas, lambda: getattr(self, "transactions", None),
+            security=inter_broker_security(self.config))
         await self._start_group_coordinator()
         await self._start_transaction_coordinator()
         self.handlers.start()
@@ -400,6 +404,8 @@ class Broker:
             self.groups.shutdown()
         if hasattr(self, "transactions"):
             self.transactions.shutdown()
+        if hasattr(self, "txn_verifier"):
+            self.txn_verifier.close()
         if hasattr(self, "replicas"):
             await self.replicas.stop()
             self.replicas.shutdown()

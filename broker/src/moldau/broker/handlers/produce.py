@@ -6,6 +6,7 @@ the records; that wait is Deferred, so it does not hold a request handler.
 
 from __future__ import annotations
 
+import logging
 import struct
 from typing import TYPE_CHECKING, Any
 
@@ -14,7 +15,9 @@ from moldau.broker.handlers.registry import Deferred, Result, api, respond
 from moldau.broker.network.channel import Request
 from moldau.broker.network.connection import CloseConnection
 from moldau.broker.network.response import Response
+from moldau.broker.replication.appends import Guards
 from moldau.broker.replication.manager import ProduceResult
+from moldau.broker.replication.txn_verification import produce_error
 from moldau.broker.security.acl import Operation
 from moldau.errors import ErrorCode
 from moldau.protocol.build import millis
@@ -23,6 +26,8 @@ from moldau.records.batch import HEADER_SIZE, parse_header
 
 if TYPE_CHECKING:
     from moldau.broker.server import Broker
+
+log = logging.getLogger("moldau.broker.transactions")
 
 
 def decode_legacy_produce(version: int, frame: bytes, pos: int) -> list[tuple[str, list[int]]]:
@@ -109,20 +114,28 @@ async def handle_produce(broker: Broker, request: Request) -> Result:
                 broker, request, Operation.WRITE, TRANSACTIONAL_ID, transactional_id)):
         denied = ErrorCode.transactional_id_authorization_failed
         return _respond(request, entries, [ProduceResult(error=denied) for _ in entries])
-    writable = entries
+    failed: dict[int, ProduceResult] = {}
     if checked:
         refused = {name for name in {name for name, _, _ in entries}
                    if not allowed(broker, request, Operation.WRITE, TOPIC, name)}
-        if refused:
-            writable = [entry for entry in entries if entry[0] not in refused]
+        failed = {position: ProduceResult(error=ErrorCode.topic_authorization_failed)
+                  for position, (name, _, _) in enumerate(entries) if name in refused}
+    verified = None
+    if transactional_id is not None \
+            and broker.config["transaction.partition.verification.enable"]:
+        verified = await _verify_transactions(broker, transactional_id, entries, failed,
+                                              request.header.api_version)
+    writable = [entry for position, entry in enumerate(entries) if position not in failed] \
+        if failed else entries
     replicas = broker.replicas
     results = await replicas.append(writable, acks=acks, timeout_ms=timeout_ms, wait=False,
-                                    produce_version=request.header.api_version)
+                                    produce_version=request.header.api_version,
+                                    verified=verified)
     broker.topic_stats.record_produce(writable, results)
-    if writable is not entries:
+    if failed:
         appended = iter(results)
-        results = [ProduceResult(error=ErrorCode.topic_authorization_failed)
-                   if name in refused else next(appended) for name, _, _ in entries]
+        results = [failed[position] if position in failed else next(appended)
+                   for position in range(len(entries))]
     if acks == 0:
         if any(r.error is not ErrorCode.none for r in results):
             # The client expects no answer, so an error can only be signalled by closing.
@@ -134,6 +147,41 @@ async def handle_produce(broker: Broker, request: Request) -> Result:
                                                      timeout_ms))
         await replicas.wait_for_replication(entries, results, timeout_ms)  # no suspension
     return _respond(request, entries, results)
+
+
+async def _verify_transactions(broker: Broker, transactional_id: str, entries: list[Any],
+                               failed: dict[int, ProduceResult], produce_version: int
+                               ) -> Guards:
+    """Ask the transaction coordinator about the partitions where the request's producer
+    would start a transaction (once per producer, partition and transaction: afterwards its
+    transaction is ongoing there). Refused partitions join `failed`; the guards of the
+    others are returned for the append (see replication/txn_verification.py)."""
+    guards: Guards = {}
+    positions: dict[tuple[str, int], int] = {}
+    producer = None
+    for position, (name, index, records) in enumerate(entries):
+        if position in failed or records is None or len(records) < HEADER_SIZE:
+            continue
+        header = parse_header(records)
+        if not header.is_transactional:
+            continue
+        guard = broker.replicas.verification_guard(name, index, header.producer_id,
+                                                   header.producer_epoch)
+        if guard is not None:
+            guards[(name, index)] = guard
+            positions[(name, index)] = position
+            producer = (header.producer_id, header.producer_epoch)
+    if producer is None:
+        return guards
+    answers = await broker.txn_verifier.verify(transactional_id, *producer, list(guards))
+    for key, error in answers.items():
+        if error is not ErrorCode.none:
+            code, message = produce_error(error, produce_version)
+            log.info("Produce to %s-%d for transactional id %s refused: %s (%s)", *key,
+                     transactional_id, code.name, error.name)
+            failed[positions[key]] = ProduceResult(error=code, message=message)
+            del guards[key]
+    return guards
 
 
 def _transactional(records: bytes | None) -> bool:

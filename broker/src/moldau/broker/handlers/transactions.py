@@ -2,13 +2,12 @@
 ListTransactions and DescribeTransactions (InitProducerId is in producer_ids.py,
 FindCoordinator in groups.py).
 
-Transaction version 1 only: AddPartitionsToTxn up to v3 (v4+ is the brokers' KIP-890
-verification) and EndTxn up to v4 (v5 is transaction version 2); see docs/architecture.md.
+Transaction version 1 only: EndTxn up to v4 (v5 is transaction version 2). AddPartitionsToTxn
+v4 and v5 are the partition leaders' KIP-890 verification; see docs/architecture.md.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from moldau.broker.coordinators.group.records import OFFSETS_TOPIC, partition_for
@@ -19,6 +18,7 @@ from moldau.broker.handlers.authz import (
     TRANSACTIONAL_ID,
     allowed,
     allowed_names,
+    cluster_allowed,
 )
 from moldau.broker.handlers.registry import Result, api, respond
 from moldau.broker.metadata.controller import INTERNAL_TOPICS
@@ -43,46 +43,67 @@ def for_version(request: Request, error: ErrorCode) -> ErrorCode:
     return error
 
 
-@api(24, "AddPartitionsToTxn", 0, 3)
+@api(24, "AddPartitionsToTxn", 0, 5)
 async def handle_add_partitions_to_txn(broker: Broker, request: Request) -> Result:
+    """Versions up to 3 come from producers (one transaction); 4 and later from partition
+    leaders (KIP-890: a batch of transactions, each added or only verified), which need
+    CLUSTER_ACTION."""
     body = request.body
-    transactional_id = body.v3_and_below_transactional_id
-    wanted = {topic.name: set(topic.partitions) for topic in body.v3_and_below_topics}
-    if not allowed(broker, request, Operation.WRITE, TRANSACTIONAL_ID, transactional_id):
-        return _add_partitions_response(
-            request, wanted, lambda name, index: ErrorCode.transactional_id_authorization_failed)
-    # WRITE on each topic; internal topics are never added by clients (Kafka refuses them
-    # as unauthorized whatever the ACLs).
+    if request.header.api_version <= 3:
+        wanted = {topic.name: set(topic.partitions) for topic in body.v3_and_below_topics}
+        errors = await _add_or_verify(
+            broker, request, body.v3_and_below_transactional_id,
+            body.v3_and_below_producer_id, body.v3_and_below_producer_epoch, wanted,
+            verify_only=False)
+        return respond(request, {"results_by_topic_v3_and_below": _topic_results(errors)})
+    if not cluster_allowed(broker, request, Operation.CLUSTER_ACTION):
+        return respond(request, {"error_code": ErrorCode.cluster_authorization_failed,
+                                 "results_by_transaction": []})
+    results = []
+    for txn in body.transactions:
+        wanted = {topic.name: set(topic.partitions) for topic in txn.topics}
+        errors = await _add_or_verify(broker, request, txn.transactional_id, txn.producer_id,
+                                      txn.producer_epoch, wanted, verify_only=txn.verify_only)
+        results.append({"transactional_id": txn.transactional_id,
+                        "topic_results": _topic_results(errors)})
+    return respond(request, {"error_code": ErrorCode.none, "results_by_transaction": results})
+
+
+async def _add_or_verify(broker: Broker, request: Request, transactional_id: str,
+                         producer_id: int, epoch: int, wanted: dict[str, set[int]], *,
+                         verify_only: bool) -> dict[tuple[str, int], ErrorCode]:
+    """One transaction's answer per partition, as Kafka's KafkaApis gives it."""
+    keys = [(name, index) for name, parts in wanted.items() for index in sorted(parts)]
+    from_client = request.header.api_version <= 3
+    if from_client and not allowed(broker, request, Operation.WRITE, TRANSACTIONAL_ID,
+                                   transactional_id):
+        return dict.fromkeys(keys, ErrorCode.transactional_id_authorization_failed)
+    # Producers need WRITE on each topic and never add internal topics (Kafka refuses them
+    # as unauthorized whatever the ACLs); brokers are trusted with any topic.
     writable = allowed_names(broker, request, Operation.WRITE, TOPIC,
-                             (name for name in wanted if name not in INTERNAL_TOPICS))
-    failed = {(name, index) for name, parts in wanted.items() for index in parts
-              if name not in writable or not broker.partition_exists(name, index)}
-    if failed:
+                             (name for name in wanted if name not in INTERNAL_TOPICS)) \
+        if from_client else set(wanted)
+    refused = {key: ErrorCode.topic_authorization_failed if key[0] not in writable
+               else ErrorCode.unknown_topic_or_partition for key in keys
+               if key[0] not in writable or not broker.partition_exists(*key)}
+    if refused:
         # As Kafka: nothing is added when any partition is refused or unknown.
-        error = ErrorCode.none
-    else:
-        error = for_version(request, await broker.transactions.add_partitions(
-            body.v3_and_below_transactional_id, body.v3_and_below_producer_id,
-            body.v3_and_below_producer_epoch, wanted))
-
-    def outcome(name: str, index: int) -> ErrorCode:
-        if not failed:
-            return error
-        if name not in writable:
-            return ErrorCode.topic_authorization_failed
-        return ErrorCode.unknown_topic_or_partition if (name, index) in failed \
-            else ErrorCode.operation_not_attempted
-
-    return _add_partitions_response(request, wanted, outcome)
+        return {key: refused.get(key, ErrorCode.operation_not_attempted) for key in keys}
+    if verify_only:
+        return broker.transactions.verify_partitions(transactional_id, producer_id, epoch,
+                                                     keys)
+    error = for_version(request, await broker.transactions.add_partitions(
+        transactional_id, producer_id, epoch, wanted))
+    return dict.fromkeys(keys, error)
 
 
-def _add_partitions_response(request: Request, wanted: dict[str, set[int]],
-                             outcome: Callable[[str, int], ErrorCode]) -> Result:
-    return respond(request, {"results_by_topic_v3_and_below": [
-        {"name": name, "results_by_partition": [
-            {"partition_index": index, "partition_error_code": outcome(name, index)}
-            for index in sorted(parts)]}
-        for name, parts in wanted.items()]})
+def _topic_results(errors: dict[tuple[str, int], ErrorCode]) -> list[dict[str, Any]]:
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for (name, index), error in errors.items():
+        topics.setdefault(name, []).append({"partition_index": index,
+                                            "partition_error_code": error})
+    return [{"name": name, "results_by_partition": partitions}
+            for name, partitions in topics.items()]
 
 
 @api(25, "AddOffsetsToTxn", 0, 3)

@@ -49,7 +49,12 @@ from .checkpoint import (
 )
 from .config import LogConfig
 from .leader_epoch import LeaderEpochCache
-from .producer_state import ActiveProducer, CompletedTxn, ProducerStateManager
+from .producer_state import (
+    ActiveProducer,
+    CompletedTxn,
+    ProducerStateManager,
+    VerificationGuard,
+)
 from .segment import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
@@ -490,16 +495,25 @@ class PartitionLog:
 
     # -- appending ---------------------------------------------------------------------------
 
+    def verification_guard(self, producer_id: int, epoch: int) -> VerificationGuard | None:
+        """None when the producer has a transaction ongoing here; else the guard a verified
+        transactional append must bring (see ProducerStateManager.verification_guard)."""
+        with self._lock:
+            return self._producers.verification_guard(producer_id, epoch, _now_ms())
+
     def append_as_leader(self, buf: bytearray, batches: list[BatchHeader], *,
                          leader_epoch: int, log_append_time_ms: int | None,
                          background: Callable[[Callable[[], None]], object] | None = None,
-                         marker: EndTxnMarker | None = None) -> AppendInfo:
+                         marker: EndTxnMarker | None = None, verify_txn: bool = False,
+                         guard: VerificationGuard | None = None) -> AppendInfo:
         """Assign offsets to validated batches in `buf` (patched in place) and write them.
 
         A retry of a batch already in the log (same producer, epoch and sequences) appends
         nothing and returns the original offsets with `duplicate` set. `marker` says that
         `buf` is the one control batch of a transaction marker, checked against the
-        producer's epoch and coordinator epoch instead.
+        producer's epoch and coordinator epoch instead. With `verify_txn`, a transactional
+        batch that starts a transaction needs the verification `guard` (see
+        ProducerStateManager.check).
         """
         if not batches:
             raise ValueError("nothing to append")
@@ -515,7 +529,7 @@ class PartitionLog:
                                              marker.coordinator_epoch)
                 dup = None
             else:
-                dup = self._producers.check(batches)
+                dup = self._producers.check(batches, verify=verify_txn, guard=guard)
             if dup is not None:
                 return AppendInfo(dup.first_offset, dup.last_offset, -1,
                                   self._log_start_offset, True)

@@ -86,6 +86,18 @@ class ProducerEntry:
         return None
 
 
+class VerificationGuard:
+    """Proof that the transaction coordinator was asked, for one producer on this partition,
+    whether the partition is in its ongoing transaction (KIP-890). A marker replaces the
+    producer's guard, so an answer obtained before a transaction ended cannot let a late
+    write start a new one."""
+
+    __slots__ = ("created_ms",)
+
+    def __init__(self, created_ms: int) -> None:
+        self.created_ms = created_ms
+
+
 class ActiveProducer(NamedTuple):
     """What DescribeProducers tells of one producer of the partition."""
 
@@ -122,17 +134,37 @@ class ProducerStateManager:
         # Producer id -> first offset of its ongoing transaction (kept apart from `producers`
         # so the last stable offset costs nothing when there are no transactions).
         self.ongoing: dict[int, int] = {}
+        # Producer id -> the guard of a transaction verification (see VerificationGuard).
+        self.verifying: dict[int, VerificationGuard] = {}
         # The state reflects every batch below this offset.
         self.map_end_offset = 0
         self.last_snapshot_offset: int | None = None
 
     # -- validation and updates (leader appends) ---------------------------------------------
 
-    def check(self, batches: Iterable[BatchHeader]) -> BatchMetadata | None:
+    def has_ongoing_txn(self, producer_id: int, epoch: int) -> bool:
+        entry = self.producers.get(producer_id)
+        return producer_id in self.ongoing and entry is not None and entry.epoch == epoch
+
+    def verification_guard(self, producer_id: int, epoch: int,
+                           now_ms: int) -> VerificationGuard | None:
+        """None when the producer's transaction is ongoing here (nothing to verify); else the
+        guard its verified append must bring (the one in place, or a new one)."""
+        if self.has_ongoing_txn(producer_id, epoch):
+            return None
+        guard = self.verifying.get(producer_id)
+        if guard is None:
+            guard = self.verifying[producer_id] = VerificationGuard(now_ms)
+        return guard
+
+    def check(self, batches: Iterable[BatchHeader], *, verify: bool = False,
+              guard: VerificationGuard | None = None) -> BatchMetadata | None:
         """Validate the producer fields of an append before it is written.
 
         Returns the cached metadata when the append retries a batch already in the log (the
         caller must then append nothing); raises KafkaError for fenced or out-of-order batches.
+        With `verify`, a transactional batch that would start a transaction here needs
+        `guard` to be the producer's current one (INVALID_TXN_STATE otherwise).
         """
         # (epoch, last sequence) after the batches seen so far in this append.
         pending: dict[int, tuple[int, int]] = {}
@@ -162,6 +194,12 @@ class ProducerStateManager:
                 raise KafkaError(ErrorCode.invalid_txn_state,
                                  f"Expected transactional write from producer {pid}: its "
                                  f"transaction from offset {self.ongoing[pid]} is ongoing")
+            if verify and h.is_transactional and pid not in pending \
+                    and not self.has_ongoing_txn(pid, h.producer_epoch) \
+                    and (guard is None or self.verifying.get(pid) is not guard):
+                raise KafkaError(ErrorCode.invalid_txn_state,
+                                 f"Record of producer {pid} was not part of an ongoing "
+                                 "transaction")
             self._check_sequence(pid, h, epoch, last_seq)
             pending[pid] = (h.producer_epoch, h.last_sequence)
         return None
@@ -220,6 +258,7 @@ class ProducerStateManager:
             entry.txn_first_offset = -1
             entry.coordinator_epoch = marker.coordinator_epoch
             self.ongoing.pop(pid, None)
+            self.verifying.pop(pid, None)
             return CompletedTxn(pid, first, h.base_offset, marker.is_abort)
         if h.is_transactional and entry.txn_first_offset < 0:
             entry.txn_first_offset = h.base_offset
@@ -240,6 +279,9 @@ class ProducerStateManager:
                    if e.txn_first_offset < 0 and now_ms - e.last_timestamp >= self.expiration_ms]
         for pid in expired:
             del self.producers[pid]
+        for pid in [pid for pid, guard in self.verifying.items()
+                    if now_ms - guard.created_ms >= self.expiration_ms]:
+            del self.verifying[pid]
         return len(expired)
 
     def first_unstable_offset(self) -> int | None:
@@ -255,6 +297,7 @@ class ProducerStateManager:
     def reset(self, offset: int) -> None:
         self.producers.clear()
         self.ongoing.clear()
+        self.verifying.clear()
         self.map_end_offset = offset
 
     # -- snapshots ---------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from moldau.broker.log.log import AppendInfo
+from moldau.broker.log.producer_state import VerificationGuard
 from moldau.broker.log.validation import RecordValidationError, validate_records
 from moldau.broker.metadata.controller import INTERNAL_TOPICS
 from moldau.broker.replication.partition import Partition
@@ -26,6 +27,7 @@ log = logging.getLogger("moldau.broker.replication")
 
 TopicPartition = tuple[str, int]
 Entries = Sequence[tuple[str, int, bytes | None]]  # (topic, partition, record batches)
+Guards = dict[TopicPartition, VerificationGuard]  # transaction verifications done
 
 # Produce requests up to this size are appended on the event loop thread.
 INLINE_APPEND_BYTES = 16384
@@ -72,9 +74,20 @@ class LeaderAppends:
     def _wake(self, key: TopicPartition) -> None:
         raise NotImplementedError
 
+    def verification_guard(self, topic: str, index: int, producer_id: int,
+                           epoch: int) -> VerificationGuard | None:
+        """The guard of a transaction verification for the producer on a led partition;
+        None when its transaction is ongoing there, or this node does not lead it (the
+        append then fails on its own)."""
+        partition = self.partitions.get((topic, index))
+        if partition is None or not partition.is_leader:
+            return None
+        return partition.log.verification_guard(producer_id, epoch)
+
     async def append(self, entries: Entries, *, acks: int, produce_version: int,
                      timeout_ms: int = 30000, internal_topics_allowed: bool = False,
-                     wait: bool = True) -> list[ProduceResult]:
+                     wait: bool = True, verified: Guards | None = None
+                     ) -> list[ProduceResult]:
         """Validate and append one produce request's partitions; with acks=-1 and `wait`,
         also wait until the in-sync replicas have the records (or `timeout_ms` passes). The
         produce handler passes wait=False and waits in a Deferred instead (see
@@ -83,15 +96,18 @@ class LeaderAppends:
         Small requests append on the event loop (a page-cache write of a few KiB costs less
         than the hand-off to a thread and back); larger ones go to the I/O pool so the loop
         keeps serving. `internal_topics_allowed` is for the group coordinator's writes.
+        `verified` (transaction verification on): the guards obtained per partition; a
+        transactional batch that starts a transaction on a partition without its producer's
+        current guard is refused with INVALID_TXN_STATE.
         """
         if self._inline(entries):
             results = self._append_all(entries, acks, produce_version,
-                                       internal_topics_allowed, inline=True)
+                                       internal_topics_allowed, True, verified)
         else:
             loop = asyncio.get_running_loop()
             results = await loop.run_in_executor(self.executor, self._append_all, entries,
                                                  acks, produce_version,
-                                                 internal_topics_allowed)
+                                                 internal_topics_allowed, False, verified)
         for (topic, index, _), result in zip(entries, results, strict=True):
             if result.error is ErrorCode.none:
                 key = (topic, index)
@@ -117,14 +133,15 @@ class LeaderAppends:
         return True
 
     def _append_all(self, entries: Entries, acks: int, produce_version: int,
-                    internal: bool = False, inline: bool = False) -> list[ProduceResult]:
+                    internal: bool = False, inline: bool = False,
+                    verified: Guards | None = None) -> list[ProduceResult]:
         return [self._append_one(topic, index, records, acks, produce_version, internal,
-                                 inline)
+                                 inline, verified)
                 for topic, index, records in entries]
 
     def _append_one(self, topic: str, index: int, records: bytes | None, acks: int,
                     produce_version: int, internal: bool = False,
-                    inline: bool = False) -> ProduceResult:
+                    inline: bool = False, verified: Guards | None = None) -> ProduceResult:
         def write() -> ProduceResult:
             if topic in INTERNAL_TOPICS and not internal:
                 raise KafkaError(ErrorCode.invalid_topic_exception,
@@ -143,7 +160,9 @@ class LeaderAppends:
             info: AppendInfo = partition_log.append_as_leader(
                 buf, batches, leader_epoch=partition.leader_epoch,
                 log_append_time_ms=now if config.log_append_time else None,
-                background=self.executor.submit if inline else None)
+                background=self.executor.submit if inline else None,
+                verify_txn=verified is not None,
+                guard=None if verified is None else verified.get((topic, index)))
             if self.standalone:
                 partition_log.high_watermark = partition_log.log_end_offset
             return ProduceResult(base_offset=info.first_offset,

@@ -277,6 +277,28 @@ class TransactionCoordinator:
                              start_ms=meta.start_ms if meta.state is Ongoing else now)
         return await self._write(meta, transition)
 
+    def verify_partitions(self, txn_id: str, producer_id: int, epoch: int,
+                          partitions: Iterable[tuple[str, int]]
+                          ) -> dict[tuple[str, int], ErrorCode]:
+        """KIP-890's check for a partition leader (AddPartitionsToTxn with VerifyOnly): is
+        each partition in the producer's ongoing transaction? Partitions join the metadata
+        once their addition is written and leave when the transaction completes; a change in
+        flight is not waited for, as in Kafka (the leader's append checks again)."""
+        wanted = list(partitions)
+        error = self.error_for(txn_id)
+        meta = self.txns.get(txn_id) if error is ErrorCode.none else None
+        if error is ErrorCode.none:
+            if meta is None or meta.producer_id != producer_id:
+                error = ErrorCode.invalid_producer_id_mapping
+            elif meta.producer_epoch != epoch:
+                error = ErrorCode.producer_fenced
+            elif meta.state in (PrepareCommit, PrepareAbort):
+                error = ErrorCode.concurrent_transactions
+        if meta is None or error is not ErrorCode.none:
+            return dict.fromkeys(wanted, error)
+        return {(topic, index): ErrorCode.none if index in meta.partitions.get(topic, ())
+                else ErrorCode.transaction_abortable for topic, index in wanted}
+
     # --- EndTxn --------------------------------------------------------------------------
 
     async def end_txn(self, txn_id: str, producer_id: int, epoch: int, commit: bool

@@ -15,14 +15,13 @@ there (TxnOffsetCommit).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from moldau.broker.replication.appends import ProduceResult
-from moldau.client.connection import BrokerConnection
+from moldau.broker.replication.peer_connections import PeerConnections
 from moldau.client.security import ClientSecurity
 from moldau.errors import ErrorCode, KafkaError
 from moldau.protocol.build import build
@@ -40,7 +39,6 @@ MARKER_REPLICATION_TIMEOUT_MS = 30000
 RETRY_BACKOFF_S = 0.1
 MAX_RETRY_BACKOFF_S = 1.0
 MAX_IN_FLIGHT = 20  # marker requests in flight to one broker
-SEND_WAIT_S = 0.005
 TopicPartition = tuple[str, int]
 # Told, once a marker is replicated, which partitions have it: (producer id, commit, them).
 MarkersWritten = Callable[[int, bool, list[TopicPartition]], None]
@@ -92,13 +90,11 @@ class MarkerChannel:
                  request_timeout_ms: int = MARKER_REPLICATION_TIMEOUT_MS + 5000,
                  security: ClientSecurity | None = None) -> None:
         self.node_id = node_id
-        # The inter-broker listener's protocol and this broker's credentials on it.
-        self.security = security
         self.replicas = replicas
         self.written = written  # hears of the markers appended here (see append_markers)
-        self.request_timeout_ms = request_timeout_ms
-        self._connections: dict[int, BrokerConnection] = {}
-        self._opening: dict[int, asyncio.Future[BrokerConnection]] = {}
+        self.peers = PeerConnections(node_id, replicas, purpose="txn-markers",
+                                     request_timeout_ms=request_timeout_ms,
+                                     max_in_flight=MAX_IN_FLIGHT, security=security)
 
     async def write(self, marker: Marker, wanted: Callable[[], bool]) -> bool:
         """Until every partition of `marker` has it: True when done, False when `wanted()`
@@ -155,12 +151,10 @@ class MarkerChannel:
             return await self._send_remote(leader, one)
         except (KafkaError, OSError, TimeoutError) as exc:
             log.info("Cannot send markers to broker %d: %s", leader, exc)
-            self._drop(leader)
             return dict.fromkeys(parts, ErrorCode.network_exception)
 
     async def _send_remote(self, leader: int, marker: Marker
                            ) -> dict[TopicPartition, ErrorCode]:
-        connection = await self._connection(leader)
         topics: dict[str, list[int]] = {}
         for topic, index in marker.partitions:
             topics.setdefault(topic, []).append(index)
@@ -171,55 +165,13 @@ class MarkerChannel:
                          "coordinator_epoch": marker.coordinator_epoch,
                          "topics": [{"name": name, "partition_indexes": indexes}
                                     for name, indexes in topics.items()]}]})
-        while not connection.can_send():
-            # Other transactions' markers are being written to this broker: wait for room.
-            if connection.closed:
-                raise KafkaError(ErrorCode.network_exception,
-                                 f"the connection to broker {leader} closed")
-            await asyncio.sleep(SEND_WAIT_S)
-        response = await connection.send(WRITE_TXN_MARKERS_KEY, WRITE_TXN_MARKERS_VERSION, body)
+        response = await self.peers.send(leader, WRITE_TXN_MARKERS_KEY,
+                                         WRITE_TXN_MARKERS_VERSION, body)
         errors = {(topic.name, partition.partition_index): ErrorCode(partition.error_code)
                   for answer in response.markers for topic in answer.topics
                   for partition in topic.partitions}
         return {key: errors.get(key, ErrorCode.unknown_server_error)
                 for key in marker.partitions}
 
-    async def _connection(self, broker_id: int) -> BrokerConnection:
-        connection = self._connections.get(broker_id)
-        if connection is not None and not connection.closed:
-            return connection
-        # One connection per broker: concurrent senders wait for the one being opened.
-        opening = self._opening.get(broker_id)
-        if opening is None:
-            opening = self._opening[broker_id] = asyncio.ensure_future(self._open(broker_id))
-            opening.add_done_callback(lambda _done: self._opening.pop(broker_id, None))
-        return await asyncio.shield(opening)
-
-    async def _open(self, broker_id: int) -> BrokerConnection:
-        endpoint = self.replicas.leader_endpoint(broker_id)
-        if endpoint is None:
-            raise KafkaError(ErrorCode.broker_not_available,
-                             f"no endpoint known for broker {broker_id}")
-        connection = BrokerConnection(broker_id, *endpoint, max_in_flight=MAX_IN_FLIGHT,
-                                      client_id=f"broker-{self.node_id}-txn-markers",
-                                      request_timeout_ms=self.request_timeout_ms,
-                                      security=self.security)
-        try:
-            await asyncio.wait_for(connection.open(), self.request_timeout_ms / 1000)
-        except BaseException:
-            connection.close()
-            raise
-        self._connections[broker_id] = connection
-        return connection
-
-    def _drop(self, broker_id: int) -> None:
-        connection = self._connections.pop(broker_id, None)
-        if connection is not None:
-            with contextlib.suppress(Exception):
-                connection.close()
-
     def close(self) -> None:
-        for opening in self._opening.values():
-            opening.cancel()
-        for broker_id in list(self._connections):
-            self._drop(broker_id)
+        self.peers.close()
