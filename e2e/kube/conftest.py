@@ -1,5 +1,6 @@
 """The `kube` fixture: one Kubernetes cluster for every test marked `kube` in the session;
-and, per module that asks, the broker image in it and the operator's CRDs."""
+and, per module that asks, the broker image in it, the operator's CRDs, and the operator
+running against the module's own `namespace` fixture."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from e2e.kube.operator_bed import broker_image, crd_installed
+from e2e.kube.operator_bed import OperatorProcess, broker_image, crd_installed, running_operator
 from e2e.kube.testbed import Cluster, TestbedUnavailable, cluster_for_tests
 
 
@@ -34,3 +35,11 @@ def image(kube: Cluster) -> str:
 def crd(kube: Cluster) -> Iterator[None]:
     with crd_installed(kube):
         yield
+
+
+@pytest.fixture(scope="module")
+def operator(kube: Cluster, namespace: str, image: str,
+             tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
+    log = tmp_path_factory.mktemp("operator") / "operator.log"
+    with running_operator(kube, namespace, image, log) as process:
+        yield process

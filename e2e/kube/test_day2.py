@@ -28,7 +28,6 @@ from e2e.kube.operator_bed import (
     cluster_manifest,
     condition,
     local_volumes,
-    running_operator,
     status,
     wait_ready,
 )
@@ -62,14 +61,6 @@ def storage_class(kube: Cluster) -> Iterator[str]:
 def namespace(kube: Cluster, crd: None, storage_class: str) -> Iterator[str]:
     with kube.namespace(unique("day2")) as name:
         yield name
-
-
-@pytest.fixture(scope="module")
-def operator(kube: Cluster, namespace: str, image: str,
-             tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
-    log = tmp_path_factory.mktemp("operator") / "operator.log"
-    with running_operator(kube, namespace, image, log) as process:
-        yield process
 
 
 def manifest(storage_class: str, *, name: str = CLUSTER, brokers: int = 3,

@@ -19,7 +19,6 @@ from e2e.kube.operator_bed import (
     local_volumes,
     outside_client,
     run_client_pod,
-    running_operator,
     status,
     wait_ready,
 )
@@ -53,14 +52,6 @@ def namespace(kube: Cluster, crd: None, storage_class: str) -> Iterator[str]:
     # Deleted before the volumes: a bound volume waits for its claim to go.
     with kube.namespace(unique("mkc")) as name:
         yield name
-
-
-@pytest.fixture(scope="module")
-def operator(kube: Cluster, namespace: str, image: str,
-             tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
-    log = tmp_path_factory.mktemp("operator") / "operator.log"
-    with running_operator(kube, namespace, image, log) as process:
-        yield process
 
 
 def test_the_api_server_refuses_bad_specs_with_the_schemas_words(kube: Cluster,

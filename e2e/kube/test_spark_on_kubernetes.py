@@ -28,7 +28,6 @@ from e2e.kube.operator_bed import (
     built_images,
     cluster_manifest,
     local_volumes,
-    running_operator,
     wait_ready,
 )
 from e2e.kube.testbed import Cluster, poll, wait_established
@@ -71,14 +70,6 @@ def storage_class(kube: Cluster) -> Iterator[str]:
 def namespace(kube: Cluster, crd: None, storage_class: str) -> Iterator[str]:
     with kube.namespace(unique("spark")) as name:
         yield name
-
-
-@pytest.fixture(scope="module")
-def operator(kube: Cluster, namespace: str, image: str,
-             tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
-    log = tmp_path_factory.mktemp("operator") / "operator.log"
-    with running_operator(kube, namespace, image, log) as process:
-        yield process
 
 
 @pytest.fixture(scope="module")
