@@ -256,11 +256,17 @@ def test_user_certificates(settled) -> None:
     ok, said = verify(cert_secret["ca.crt"], alice["user.crt"], at=NOW, purpose="sslclient")
     assert ok, said
     assert not verify(settled[CA_CERT]["ca.crt"], alice["user.crt"], at=NOW)[0]
-    # Kept while valid; the bundle follows the clients CA.
-    assert pki.issue_user(key_secret, cert_secret, "alice", 365, alice, 30,
-                          now=NOW + 300 * DAY) == alice
-    due = pki.issue_user(key_secret, cert_secret, "alice", 365, alice, 30, now=NOW + 336 * DAY)
-    assert due["user.crt"] != alice["user.crt"] and due["user.key"] != alice["user.key"]
+    # Kept while valid, and while it ends with the clients CA certificate, due itself but not
+    # renewed yet: issued anew it would end there too.
+    for later in (NOW + 300 * DAY, NOW + 336 * DAY):
+        assert pki.issue_user(key_secret, cert_secret, "alice", 365, alice, 30,
+                              now=later) == alice
+    # Issued anew when due.
+    bob = pki.issue_user(key_secret, cert_secret, "bob", 100, None, 30, now=NOW)
+    assert pki.issue_user(key_secret, cert_secret, "bob", 100, bob, 30, now=NOW + 69 * DAY) == bob
+    due = pki.issue_user(key_secret, cert_secret, "bob", 100, bob, 30, now=NOW + 71 * DAY)
+    assert due["user.crt"] != bob["user.crt"] and due["user.key"] != bob["user.key"]
+    assert certs.not_after(due["user.crt"]) == NOW + 171 * DAY
     # After the clients CA is renewed, issued anew and chaining to its newest certificate.
     renewed = pki.plan(inputs(force_renew=frozenset({pki.CLIENTS_CA})), settled,
                        now=NOW + DAY)

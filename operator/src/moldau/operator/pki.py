@@ -235,7 +235,11 @@ def _stale(cert: bytes, key: bytes, ca: _Ca, renewal_days: int, now: datetime, w
             # Issued before the CA's current certificate: issued anew, it chains to it.
             else "the CA was renewed" if certs.not_before(cert) < certs.not_before(
                 ca.current.cert)
-            else "it is due for renewal" if certs.due_for_renewal(cert, renewal_days, now)
+            # Unless it already ends with its CA certificate (which is then due too): issued
+            # anew it would end there again; it is once the CA is renewed.
+            else "it is due for renewal" if certs.due_for_renewal(
+                cert, renewal_days, now) and certs.not_after(cert) < certs.not_after(
+                ca.current.cert)
             else "its names changed" if wanted_names is not None and certs.names(
                 cert) != wanted_names
             else None)
