@@ -260,6 +260,14 @@ class _Coded(IntEnum):
             return cls(0)
 
 
+def _as_codes(item: object, **kinds: type[_Coded]) -> None:
+    """Plain ints given for enum fields become the enums (unknown codes UNKNOWN)."""
+    for name, kind in kinds.items():
+        value = getattr(item, name)
+        if value is not None and not isinstance(value, kind):
+            object.__setattr__(item, name, kind.of(value))
+
+
 class AclResourceType(_Coded):
     """What an ACL is about (Kafka's org.apache.kafka.common.resource.ResourceType)."""
 
@@ -311,6 +319,11 @@ class AclPermissionType(_Coded):
     ALLOW = 3
 
 
+_ACL_CODES: dict[str, type[_Coded]] = {
+    "resource_type": AclResourceType, "pattern_type": AclPatternType,
+    "operation": AclOperation, "permission_type": AclPermissionType}
+
+
 @dataclass(frozen=True)
 class AclBinding:
     """One ACL: `principal` (`User:alice`) connecting from `host` (`*` for any) is allowed or
@@ -324,6 +337,9 @@ class AclBinding:
     host: str
     operation: AclOperation
     permission_type: AclPermissionType
+
+    def __post_init__(self) -> None:
+        _as_codes(self, **_ACL_CODES)
 
     def to_filter(self) -> AclBindingFilter:
         """The filter that matches exactly this ACL (to delete it, say)."""
@@ -345,6 +361,9 @@ class AclBindingFilter:
     host: str | None = None
     operation: AclOperation | None = None
     permission_type: AclPermissionType | None = None
+
+    def __post_init__(self) -> None:
+        _as_codes(self, **_ACL_CODES)
 
 
 class ScramMechanism(_Coded):
@@ -374,8 +393,14 @@ class UserScramCredentialUpsertion:
     password: str = field(repr=False)
     iterations: int = DEFAULT_ITERATIONS
 
+    def __post_init__(self) -> None:
+        _as_codes(self, mechanism=ScramMechanism)
+
 
 @dataclass(frozen=True)
 class UserScramCredentialDeletion:
     user: str
     mechanism: ScramMechanism
+
+    def __post_init__(self) -> None:
+        _as_codes(self, mechanism=ScramMechanism)
