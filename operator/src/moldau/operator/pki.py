@@ -94,6 +94,15 @@ def broker_principal(cluster: str) -> str:
     return f"User:CN={broker_common_name(cluster)},O={certs.ORGANIZATION}"
 
 
+def operator_common_name(cluster: str) -> str:
+    return f"{cluster}-operator"
+
+
+def operator_principal(cluster: str) -> str:
+    """The operator's principal on the cluster's mutual-TLS listeners, for super.users."""
+    return f"User:CN={operator_common_name(cluster)},O={certs.ORGANIZATION}"
+
+
 def keystore_key(pod: str) -> str:
     """The key of a pod's PEM keystore (private key, then chain) in the broker Secret."""
     return f"{pod}.pem"
@@ -301,7 +310,7 @@ def _operator_certs(inputs: PkiInput, cluster_ca: _Ca, old: SecretData,
     if cert is None or key is None or _stale(cert, key, cluster_ca, settings.renewal_days,
                                              now, "the operator"):
         with _context(f"cluster {inputs.namespace}/{inputs.cluster}"):
-            issued = certs.issue(cluster_ca.current, f"{inputs.cluster}-operator",
+            issued = certs.issue(cluster_ca.current, operator_common_name(inputs.cluster),
                                  validity_days=settings.validity_days, client=True, now=now)
         cert, key = issued.cert, issued.key
     return {OPERATOR_CERT: cert, OPERATOR_KEY: key, CA_CERT: cluster_ca.bundle}
