@@ -108,11 +108,12 @@ run: install
 	$(BIN)/moldau broker
 
 ## Run the whole test suite: unit tests and real-client end-to-end tests, then the tests marked
-## `kube` on the Kubernetes test bed (started and stopped by the tests; needs root).
+## `kube` on the Kubernetes test bed (started and stopped by the tests; needs root). The
+## slowest tests are listed at the end of each phase, to keep the run within its time budget.
 test: install tools kafka-deps kube-deps spark-deps
 	$(BIN)/ruff check .
-	$(BIN)/pytest
-	$(BIN)/pytest -m kube e2e/kube e2e/images
+	$(BIN)/pytest --durations=25
+	$(BIN)/pytest -m kube e2e/kube e2e/images --durations=15
 
 ## Regenerate docs/configuration.md from the config definitions.
 docs: install

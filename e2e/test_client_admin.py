@@ -19,6 +19,12 @@ from e2e.support import (
 )
 from moldau.client import Admin, AsyncAdmin, Producer, TopicPartition
 from moldau.client.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPatternType,
+    AclPermissionType,
+    AclResourceType,
     AlterConfigOp,
     ConfigResource,
     ConfigSource,
@@ -26,6 +32,10 @@ from moldau.client.admin import (
     NewTopic,
     OffsetAndMetadata,
     OffsetSpec,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialDeletion,
+    UserScramCredentialUpsertion,
 )
 from moldau.client.errors import (
     ErrorCode,
@@ -190,6 +200,27 @@ def test_per_item_calls_answer_each_topic_from_one_request(module_broker):
         # One request per call (metadata refreshes aside), however many topics it names.
         assert {key: counts.get(key, 0) for key in (19, 32, 37, 44, 20)} == \
             {19: 2, 32: 2, 37: 1, 44: 1, 20: 1}
+
+
+def test_acls_need_an_authorizer_and_scram_credentials_do_not(admin):
+    """This broker has no authorizer: the ACL APIs answer SECURITY_DISABLED, as Kafka's do,
+    while SCRAM credentials are kept all the same (the ACL and SCRAM APIs against brokers
+    with an authorizer: e2e/java/test_moldau_admin_acls_scram.py)."""
+    binding = AclBinding(AclResourceType.TOPIC, unique("acl"), AclPatternType.LITERAL,
+                         "User:alice", "*", AclOperation.READ, AclPermissionType.ALLOW)
+    assert code_of(lambda: admin.create_acls([binding])) is ErrorCode.security_disabled
+    assert code_of(lambda: admin.describe_acls(AclBindingFilter())) is \
+        ErrorCode.security_disabled
+    assert code_of(lambda: admin.delete_acls([binding.to_filter()])) is \
+        ErrorCode.security_disabled
+    user = unique("scram")
+    admin.alter_user_scram_credentials([
+        UserScramCredentialUpsertion(user, ScramMechanism.SCRAM_SHA_512, "secret")])
+    assert admin.describe_user_scram_credentials([user]) == {
+        user: [ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096)]}
+    admin.alter_user_scram_credentials([
+        UserScramCredentialDeletion(user, ScramMechanism.SCRAM_SHA_512)])
+    assert admin.describe_user_scram_credentials([user]) == {}
 
 
 def test_cluster_and_log_dirs(admin, module_broker):

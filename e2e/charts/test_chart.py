@@ -49,14 +49,16 @@ VALUES = {
 
 # The operator's rights (the contract between the chart and operator/): group, resource, verb.
 CONTRACT_RULES = [
-    ("moldau.io", ["kafkaclusters", "kafkaclusters/status", "topics", "topics/status"],
+    ("moldau.io", ["kafkaclusters", "kafkaclusters/status", "topics", "topics/status",
+                   "kafkausers", "kafkausers/status"],
      ["get", "list", "watch", "patch", "update"]),
     ("kopf.dev", ["clusterkopfpeerings", "kopfpeerings"], ["get", "list", "watch", "patch"]),
     ("apiextensions.k8s.io", ["customresourcedefinitions"], ["get", "list", "watch"]),
     ("", ["namespaces"], ["get", "list", "watch"]),
     ("", ["events"], ["create", "patch"]),
     ("events.k8s.io", ["events"], ["create", "patch"]),
-    ("", ["configmaps", "services", "serviceaccounts", "persistentvolumeclaims"],
+    # Secrets: the CAs, the nodes' certificates and the KafkaUsers' credentials.
+    ("", ["configmaps", "secrets", "services", "serviceaccounts", "persistentvolumeclaims"],
      ["get", "list", "watch", "create", "patch", "delete"]),
     ("", ["pods"], ["get", "list", "watch", "patch", "delete"]),
     ("apps", ["statefulsets"], ["get", "list", "watch", "create", "patch", "delete"]),

@@ -60,6 +60,12 @@ class AclBed:
                 "sasl.mechanisms": "PLAIN", "sasl.username": user,
                 "sasl.password": password(user)}
 
+    def moldau(self, user: str) -> dict[str, object]:
+        """Moldau client settings of a user."""
+        return {"bootstrap.servers": self.bootstrap, "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": "PLAIN", "sasl.username": user,
+                "sasl.password": password(user)}
+
     def command_config(self, user: str) -> Path:
         """A properties file for Kafka's tools (`--command-config`) as this user."""
         path = self.workdir / f"{user}.properties"

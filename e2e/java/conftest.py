@@ -43,7 +43,8 @@ def target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 @pytest.fixture(scope="module", params=["moldau", "kafka"])
 def acls_target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
                 ) -> Iterator[AclBed]:
-    """A broker of either kind with ACLs and SASL users (acl_bed.py), one per module."""
+    """A broker of either kind with ACLs and SASL users (acl_bed.py), one per module; a
+    module adds settings of both brokers in ACL_BED_EXTRA."""
     workdir = tmp_path_factory.mktemp(f"acls-{request.param}")
     started: list[Broker] = []
 
@@ -54,7 +55,8 @@ def acls_target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
         broker.start()
 
     try:
-        yield from acl_bed(request.param, workdir, moldau)
+        yield from acl_bed(request.param, workdir, moldau,
+                           getattr(request.module, "ACL_BED_EXTRA", None))
     finally:
         for broker in started:
             broker.close()

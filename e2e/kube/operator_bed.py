@@ -60,10 +60,11 @@ def broker_image(kube: Cluster) -> str:
 
 @contextlib.contextmanager
 def crd_installed(kube: Cluster) -> Iterator[None]:
-    """The operator's CRDs (KafkaCluster, Topic)."""
+    """The operator's CRDs (KafkaCluster, Topic, KafkaUser)."""
     files = [arg for crd in CRDS for arg in ("-f", str(crd))]
     kube.kubectl("apply", "--server-side", *files)
-    wait_established(kube, "kafkaclusters.moldau.io", "topics.moldau.io")
+    wait_established(kube, "kafkaclusters.moldau.io", "topics.moldau.io",
+                     "kafkausers.moldau.io")
     try:
         yield
     finally:
@@ -158,14 +159,15 @@ class OperatorProcess:
 @contextlib.contextmanager
 def running_operator(kube: Cluster, namespace: str, image: str, log: Path,
                      args: tuple[str, ...] = ()) -> Iterator[OperatorProcess]:
-    """The operator for a module's tests; at the end the namespace's Topics are deleted
-    while it still runs (their finalizers need it), it must stop with 0, and its log's
+    """The operator for a module's tests; at the end the namespace's Topics and KafkaUsers
+    are deleted while it still runs (their finalizers need it), it must stop with 0, and its log's
     tail is printed."""
     process = OperatorProcess(kube, namespace, image, log, args)
     try:
         yield process
     finally:
-        kube.kubectl("-n", namespace, "delete", "topics", "--all", "--wait=true", timeout=300)
+        kube.kubectl("-n", namespace, "delete", "topics,kafkausers", "--all", "--wait=true",
+                     timeout=300)
         code = process.stop()
         print(f"operator log ({log}):\n{process.tail(80)}")
         assert code == 0, f"the operator exited with {code}"

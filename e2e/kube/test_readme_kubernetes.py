@@ -142,5 +142,5 @@ def uninstall(kube: Cluster) -> None:
     kube.kubectl("delete", "namespace", OPERATOR_NAMESPACE, "--ignore-not-found",
                  "--wait=true", timeout=300)
     kube.kubectl("delete", "crd", "kafkaclusters.moldau.io", "topics.moldau.io",
-                 "clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev",
+                 "kafkausers.moldau.io", "clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev",
                  "--ignore-not-found", "--wait=true", timeout=300)

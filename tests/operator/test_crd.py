@@ -1,4 +1,4 @@
-"""The CRDs (KafkaCluster, Topic), offline: valid apiextensions/v1 objects, structural
+"""The CRDs (KafkaCluster, Topic, KafkaUser), offline: valid apiextensions/v1 objects, structural
 schemas with a description on every field, the contract's names, and validation where it
 belongs."""
 
@@ -19,6 +19,9 @@ from moldau.operator.resource import (
     TOPIC_KIND,
     TOPIC_PLURAL,
     TOPIC_SHORT_NAME,
+    USER_KIND,
+    USER_PLURAL,
+    USER_SHORT_NAME,
     VERSION,
 )
 
@@ -26,7 +29,8 @@ KUBERNETES = "1.37.0"
 CRDS = Path(__file__).resolve().parents[2] / "crds"
 # (kind, plural, short name) of each CRD file.
 CONTRACT = {"moldau.io_kafkaclusters.yaml": (KIND, PLURAL, SHORT_NAME),
-            "moldau.io_topics.yaml": (TOPIC_KIND, TOPIC_PLURAL, TOPIC_SHORT_NAME)}
+            "moldau.io_topics.yaml": (TOPIC_KIND, TOPIC_PLURAL, TOPIC_SHORT_NAME),
+            "moldau.io_kafkausers.yaml": (USER_KIND, USER_PLURAL, USER_SHORT_NAME)}
 
 
 def load(name: str) -> dict:

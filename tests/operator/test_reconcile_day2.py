@@ -58,8 +58,8 @@ class LocalClients(ClusterClients):
         super().__init__(timeout=10)
         self.local = bootstrap.split(",")
 
-    async def get(self, key: Any, name: str, bootstrap: Any) -> Any:
-        return await super().get(key, name, self.local)
+    async def get(self, key: Any, name: str, bootstrap: Any, security: Any = None) -> Any:
+        return await super().get(key, name, self.local, security)
 
 
 class Operator:

@@ -91,7 +91,8 @@ operator.watchNamespaces lists them, else part of the one ClusterRole).
 
 {{- define "moldau.namespacedRules" -}}
 - apiGroups: [moldau.io]
-  resources: [kafkaclusters, kafkaclusters/status, topics, topics/status]
+  resources: [kafkaclusters, kafkaclusters/status, topics, topics/status, kafkausers,
+              kafkausers/status]
   verbs: [get, list, watch, patch, update]
 - apiGroups: [kopf.dev]
   resources: [kopfpeerings]
@@ -100,7 +101,7 @@ operator.watchNamespaces lists them, else part of the one ClusterRole).
   resources: [events]
   verbs: [create, patch]
 - apiGroups: [""]
-  resources: [configmaps, services, serviceaccounts, persistentvolumeclaims]
+  resources: [configmaps, secrets, services, serviceaccounts, persistentvolumeclaims]
   verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [""]
   resources: [pods]

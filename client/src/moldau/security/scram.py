@@ -53,9 +53,13 @@ def credential_from_salted(mechanism: str, salted: bytes, salt: bytes,
                            iterations)
 
 
+def new_salt() -> bytes:
+    return secrets.token_bytes(32)
+
+
 def new_credential(mechanism: str, password: str,
                    iterations: int = DEFAULT_ITERATIONS) -> ScramCredential:
-    salt = secrets.token_bytes(32)
+    salt = new_salt()
     return credential_from_salted(mechanism, salted_password(mechanism, password, salt,
                                                              iterations), salt, iterations)
 

@@ -13,6 +13,7 @@ from typing import Any
 import kopf
 from lightkube import AsyncClient
 
+from moldau.operator.certificates import FORCE_RENEW
 from moldau.operator.conditions import status_changed
 from moldau.operator.metrics import RECONCILE_ERRORS, RECONCILE_SECONDS, RECONCILES
 from moldau.operator.reconcile import reconcile
@@ -80,6 +81,8 @@ async def _run(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger,
         if outcome.clear_manual:
             # The pods carry it now (and lose it as they restart).
             patch.meta.annotations[MANUAL_ROLLING_UPDATE] = None
+        if outcome.clear_force_renew:
+            patch.meta.annotations[FORCE_RENEW] = None
         old = body.get("status") or {}
         if status_changed(outcome.status, old):
             if outcome.reason in ("InvalidSpec", "ApplyFailed") and \

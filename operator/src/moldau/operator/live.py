@@ -99,6 +99,12 @@ def unready_for(pod: Mapping[str, Any], now: datetime.datetime) -> float:
     return max((now - since).total_seconds(), 0.0) if since else 0.0
 
 
+def host_ips(pods: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """Pod name -> the address of the node it runs on, where known."""
+    return {name: (pod.get("status") or {}).get("hostIP") for name, pod in pods.items()
+            if (pod.get("status") or {}).get("hostIP")}
+
+
 def resize_pending(claim: Mapping[str, Any] | None) -> bool:
     return any(c.get("type") == RESIZE_PENDING and c.get("status") == "True"
                for c in ((claim or {}).get("status") or {}).get("conditions") or [])

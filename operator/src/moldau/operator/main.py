@@ -1,5 +1,5 @@
-"""Run the operator: kopf's event loop for the KafkaCluster and Topic handlers, and the HTTP
-server of /metrics and /healthz beside it."""
+"""Run the operator: kopf's event loop for the KafkaCluster, Topic and KafkaUser handlers,
+and the HTTP server of /metrics and /healthz beside it."""
 
 from __future__ import annotations
 
@@ -40,6 +40,7 @@ async def _main(namespaces: list[str], http_port: int, standalone: bool,
                 topic_deletion_timeout: float) -> int:
     # The handlers register themselves with kopf on import.
     import moldau.operator.handlers  # noqa: F401
+    import moldau.operator.user_handlers  # noqa: F401
     from moldau.operator.topic_handlers import configure_topics
 
     configure_topics(deletion_timeout=topic_deletion_timeout)
@@ -61,7 +62,7 @@ async def _main(namespaces: list[str], http_port: int, standalone: bool,
               file=sys.stderr)
         return 1
     where = ", ".join(namespaces) if namespaces else "every namespace"
-    log.info("watching KafkaCluster and Topic resources in %s; /metrics and /healthz on "
+    log.info("watching KafkaCluster, Topic and KafkaUser resources in %s; /metrics and /healthz on "
              "port %d", where, http_port)
     if not standalone:
         log.info("peering %r with priority %d", PEERING_NAME, priority)

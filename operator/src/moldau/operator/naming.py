@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from moldau.operator.pki import CA_CERT, CLIENTS_CA_CERT
 from moldau.operator.resource import CLUSTER_LABEL
-from moldau.operator.spec import ClusterSpec, NodePool
+from moldau.operator.spec import REPLICATION_PORT, ClusterSpec, NodePool
 
 # Each pool owns node ids base .. base+NODE_ID_BLOCK-1 (the CRD caps replicas below this).
 NODE_ID_BLOCK = 100
@@ -22,6 +23,10 @@ DATA_VOLUME = "data"
 DATA_DIR = "/var/lib/moldau/data"
 CONFIG_DIR = "/etc/moldau"
 CONFIG_FILE = "server.properties"
+# A secured cluster's certificates in each pod: `<pod>.pem` (the node's key and chain) and
+# the CA bundles, from the `<cluster>-broker-certs` Secret (pki.py).
+CERTS_DIR = "/etc/moldau/certs"
+CERTS_VOLUME = "certs"
 
 
 def headless_service(cluster: ClusterSpec) -> str:
@@ -38,12 +43,29 @@ def bootstrap_servers(name: str, namespace: str, ports: Iterable[int]) -> list[s
     return [f"{name}-bootstrap.{namespace}.svc:{port}" for port in ports]
 
 
+def admin_ports(cluster: ClusterSpec) -> list[int]:
+    """The ports the operator's admin client bootstraps from: a secured cluster's
+    replication listener, where the operator's certificate lets it in; else the internal
+    listeners."""
+    if cluster.secured:
+        return [REPLICATION_PORT]
+    return [listener.port for listener in cluster.listeners if not listener.external]
+
+
 def statefulset(cluster: ClusterSpec, pool: NodePool) -> str:
     return f"{cluster.name}-{pool.name}"
 
 
 def config_map(cluster: ClusterSpec, pool: NodePool) -> str:
     return f"{cluster.name}-{pool.name}-config"
+
+
+def cluster_ca_file() -> str:
+    return f"{CERTS_DIR}/{CA_CERT}"
+
+
+def clients_ca_file() -> str:
+    return f"{CERTS_DIR}/{CLIENTS_CA_CERT}"
 
 
 def service_account(cluster: ClusterSpec) -> str:

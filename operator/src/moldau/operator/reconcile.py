@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import os
 from collections.abc import Callable, Collection, Mapping
@@ -32,11 +33,13 @@ from moldau.client.errors import KafkaError
 from moldau.operator import live as kube
 from moldau.operator import naming, scaler, services, status
 from moldau.operator.apply import ApplyError, Change, apply_all
+from moldau.operator.certificates import ensure_certificates, force_renew, security_switch
 from moldau.operator.clusterstate import Expected, Observed, ObserveError, assess, observe
 from moldau.operator.dynamic_config import apply_dynamic, dynamic_part
 from moldau.operator.external import ExternalAddresses, resolve
 from moldau.operator.kafkaview import KafkaView, read_view
 from moldau.operator.objects import config_hash, desired_objects, owner_reference, with_owner
+from moldau.operator.pki import PkiError
 from moldau.operator.pools import (
     PoolPlan,
     Refusal,
@@ -67,6 +70,8 @@ class Outcome:
     # The manual rolling update annotation was handed to the pods: remove it from the
     # KafkaCluster.
     clear_manual: bool = False
+    # The CAs the force-renew annotation named were renewed: remove it.
+    clear_force_renew: bool = False
 
 
 @dataclass
@@ -94,9 +99,10 @@ def recorded_sizes(previous: Mapping[str, Any]) -> dict[str, int]:
 
 
 def bootstrap_servers(cluster: ClusterSpec) -> list[str]:
+    """Where the operator reaches the cluster: a secured cluster's replication listener
+    (mutual TLS with the operator's certificate), else its internal listeners."""
     return naming.bootstrap_servers(cluster.name, cluster.namespace,
-                                    [listener.port for listener in cluster.listeners
-                                     if not listener.external])
+                                    naming.admin_ports(cluster))
 
 
 async def external_addresses(client: AsyncClient, cluster: ClusterSpec,
@@ -105,9 +111,7 @@ async def external_addresses(client: AsyncClient, cluster: ClusterSpec,
     the broker pods run on."""
     live = {svc.metadata.name: svc.to_dict() async for svc in client.list(
         Service, namespace=cluster.namespace, labels={naming.CLUSTER_LABEL: cluster.name})}
-    host_ips = {name: (pod.get("status") or {}).get("hostIP") for name, pod in pods.items()
-                if (pod.get("status") or {}).get("hostIP")}
-    return resolve(cluster, live, host_ips)
+    return resolve(cluster, live, kube.host_ips(pods))
 
 
 def _known_roles(previous: Mapping[str, Any], found: kube.LiveCluster
@@ -260,12 +264,34 @@ async def reconcile(client: AsyncClient, *, name: str, namespace: str, uid: str,
         _report_refusals([plan.blocked], previous, report)
         return Outcome(status.invalid(generation, plan.blocked.reason, plan.blocked.message,
                                       previous), False, plan.blocked.reason)
+    refusal = security_switch(plan.cluster, found.statefulsets)
+    if refusal is not None:
+        _report_refusals([refusal], previous, report)
+        return Outcome(status.invalid(generation, refusal.reason, refusal.message, previous),
+                       False, refusal.reason)
+    security: dict[str, str] = {}
+    certificate_changes: list[Change] = []
+    if plan.cluster.secured:
+        try:
+            security, certificate_changes = await ensure_certificates(
+                client, plan.cluster, owner_reference(name, uid), annotations,
+                await external_addresses(client, plan.cluster, found.pods),
+                kube.host_ips(found.pods))
+        except (PkiError, ApplyError) as exc:
+            return Outcome(status.invalid(generation, "CertificatesFailed", str(exc), previous),
+                           False, "CertificatesFailed")
+    for change in certificate_changes:
+        report(change.action, f"{change.action} {change.kind} {change.name}", False)
     bootstrap = bootstrap_servers(plan.cluster)
-    topics = await clients.get((namespace, name), name, bootstrap) if clients else None
-    admin = topics.admin if topics is not None else admin_for(bootstrap)
+    topics = (await clients.get((namespace, name), name, bootstrap, security)
+              if clients else None)
+    admin = topics.admin if topics is not None else admin_for(bootstrap, security=security)
     try:
-        return await _reconcile(client, plan, bases, found, admin, topics, uid, generation,
-                                previous, report, managed_topics, annotations)
+        outcome = await _reconcile(client, plan, bases, found, admin, topics, uid, generation,
+                                   previous, report, managed_topics, annotations)
+        if plan.cluster.secured and force_renew(annotations):
+            outcome = dataclasses.replace(outcome, clear_force_renew=True)
+        return outcome
     finally:
         if topics is None:
             await admin.close()

@@ -1,4 +1,4 @@
-"""The custom resources (KafkaCluster, Topic): their API coordinates, labels and
+"""The custom resources (KafkaCluster, Topic, KafkaUser): their API coordinates, labels and
 annotations, and the operator's identity."""
 
 from __future__ import annotations
@@ -19,8 +19,13 @@ DEFAULT_BROKER_IMAGE = "localhost/moldau-broker:0.1.0"
 TOPIC_KIND = "Topic"
 TOPIC_PLURAL = "topics"
 TOPIC_SHORT_NAME = "mkt"
+# The KafkaUser resource: credentials and ACLs of a user of the KafkaCluster its label names.
+USER_KIND = "KafkaUser"
+USER_PLURAL = "kafkausers"
+USER_SHORT_NAME = "mku"
 # As Strimzi's strimzi.io/cluster and strimzi.io/managed.
 CLUSTER_LABEL = "moldau.io/cluster"
 MANAGED_ANNOTATION = "moldau.io/managed"
-# Holds a Topic until its Kafka topic is deleted (or the cluster is gone or unreachable).
+# Holds a Topic until its Kafka topic is deleted (or the cluster is gone or unreachable), and
+# a KafkaUser until its ACLs and credentials are (kopf has one finalizer per operator).
 FINALIZER = "moldau.io/topic-operator"

@@ -31,9 +31,14 @@ def headless(cluster: ClusterSpec) -> dict[str, Any]:
 
 
 def bootstrap(cluster: ClusterSpec) -> dict[str, Any]:
-    """A ClusterIP on each internal listener's port, in front of the brokers only."""
+    """A ClusterIP on each internal listener's port, in front of the brokers only; a secured
+    cluster's also on the replication port, where the operator connects with its
+    certificate."""
     ports = [{"name": listener.name, "port": listener.port, "targetPort": listener.port}
              for listener in cluster.listeners if not listener.external]
+    if cluster.secured:
+        ports.append({"name": "replication", "port": REPLICATION_PORT,
+                      "targetPort": REPLICATION_PORT})
     return _service(cluster, naming.bootstrap_service(cluster), {
         "type": "ClusterIP", "selector": {**naming.selector(cluster), naming.BROKER_LABEL: "true"},
         "ports": ports}, component="bootstrap")

@@ -58,11 +58,24 @@ class NodePool:
         return BROKER in self.roles
 
 
+SCRAM = "scram-sha-512"
+TLS_AUTH = "tls"
+
+
 @dataclass(frozen=True)
 class Listener:
     name: str
     port: int
     type: str  # internal | nodeport | loadbalancer
+    tls: bool = False
+    authentication: str | None = None  # scram-sha-512 | tls
+
+    @property
+    def security_protocol(self) -> str:
+        """Kafka's security protocol of the listener."""
+        if self.authentication == SCRAM:
+            return "SASL_SSL" if self.tls else "SASL_PLAINTEXT"
+        return "SSL" if self.tls else "PLAINTEXT"
 
     @property
     def kafka_name(self) -> str:
@@ -72,6 +85,21 @@ class Listener:
     @property
     def external(self) -> bool:
         return self.type != "internal"
+
+
+@dataclass(frozen=True)
+class CaSpec:
+    """A certificate authority the operator runs (Strimzi's clusterCa / clientsCa)."""
+
+    validity_days: int = 365
+    renewal_days: int = 30
+
+
+@dataclass(frozen=True)
+class Authorization:
+    """`authorization: simple`: Kafka's StandardAuthorizer with the spec's super users."""
+
+    super_users: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -88,6 +116,17 @@ class ClusterSpec:
     rebalance_on_scale: bool = True
     # Bytes per second for the partition moves of drains and rebalances (None: unthrottled).
     replication_throttle: int | None = None
+    authorization: Authorization | None = None
+    cluster_ca: CaSpec = CaSpec()
+    clients_ca: CaSpec = CaSpec()
+
+    @property
+    def secured(self) -> bool:
+        """Any listener with TLS or authentication, or authorization on: then the operator
+        runs the CAs and the nodes' own listeners (controller, replication) speak mutual
+        TLS, so no one reaches the cluster's inside without a certificate of its CA."""
+        return self.authorization is not None or any(
+            listener.tls or listener.authentication for listener in self.listeners)
 
     @property
     def controller_pools(self) -> tuple[NodePool, ...]:
@@ -111,6 +150,24 @@ def _pool(raw: Mapping[str, Any]) -> NodePool:
                         delete_claim=bool(storage.get("deleteClaim", False))),
         resources=raw.get("resources") or {}, affinity=raw.get("affinity") or {},
         tolerations=tuple(raw.get("tolerations") or ()), template=raw.get("template") or {})
+
+
+def _listener(raw: Mapping[str, Any]) -> Listener:
+    authentication = (raw.get("authentication") or {}).get("type")
+    return Listener(raw["name"], int(raw["port"]), raw.get("type", "internal"),
+                    tls=bool(raw.get("tls", False)), authentication=authentication)
+
+
+def _authorization(raw: Mapping[str, Any] | None) -> Authorization | None:
+    if not raw:
+        return None
+    return Authorization(super_users=tuple(str(user) for user in raw.get("superUsers") or ()))
+
+
+def _ca(raw: Mapping[str, Any] | None) -> CaSpec:
+    raw = raw or {}
+    return CaSpec(validity_days=int(raw.get("validityDays", 365)),
+                  renewal_days=int(raw.get("renewalDays", 30)))
 
 
 def _duplicates(values: list[Any]) -> list[Any]:
@@ -143,8 +200,7 @@ def parse_spec(name: str, namespace: str, spec: Mapping[str, Any],
                default_image: str) -> ClusterSpec:
     """The spec as typed values; SpecError (every problem, one per line) if it cannot run."""
     pools = tuple(_pool(raw) for raw in spec.get("nodePools") or ())
-    listeners = tuple(Listener(raw["name"], int(raw["port"]), raw.get("type", "internal"))
-                      for raw in spec.get("listeners") or ())
+    listeners = tuple(_listener(raw) for raw in spec.get("listeners") or ())
     config = {str(key): str(value) for key, value in (spec.get("config") or {}).items()}
     cluster = ClusterSpec(
         name=name, namespace=namespace, image=broker_image(spec, default_image),
@@ -152,7 +208,9 @@ def parse_spec(name: str, namespace: str, spec: Mapping[str, Any],
         rack_topology_key=(spec.get("rack") or {}).get("topologyKey"),
         metrics=bool((spec.get("metrics") or {}).get("enabled", True)),
         rebalance_on_scale=bool(spec.get("rebalanceOnScale", True)),
-        replication_throttle=_throttle(spec.get("replicationThrottle")))
+        replication_throttle=_throttle(spec.get("replicationThrottle")),
+        authorization=_authorization(spec.get("authorization")),
+        cluster_ca=_ca(spec.get("clusterCa")), clients_ca=_ca(spec.get("clientsCa")))
     problems = spec_problems(cluster)
     if problems:
         raise SpecError("; ".join(problems))
@@ -180,6 +238,16 @@ def spec_problems(cluster: ClusterSpec) -> list[str]:
         if listener.port in RESERVED_PORTS:
             problems.append(f"listener {listener.name!r}: port {listener.port} is taken by "
                             f"{RESERVED_PORTS[listener.port]}")
+    for listener in cluster.listeners:
+        if listener.authentication == TLS_AUTH and not listener.tls:
+            problems.append(f"listener {listener.name!r}: authentication tls needs tls: true")
+        if listener.authentication not in (None, SCRAM, TLS_AUTH):
+            problems.append(f"listener {listener.name!r}: authentication "
+                            f"{listener.authentication!r} is not scram-sha-512 or tls")
+    for role, ca in (("clusterCa", cluster.cluster_ca), ("clientsCa", cluster.clients_ca)):
+        if not 0 < ca.renewal_days < ca.validity_days:
+            problems.append(f"{role}: renewalDays ({ca.renewal_days}) must be at least 1 and "
+                            f"less than validityDays ({ca.validity_days})")
     if cluster.broker_pools and all(listener.external for listener in cluster.listeners):
         problems.append("no internal listener: clients in the cluster need one")
     if sum(pool.replicas for pool in cluster.controller_pools) == 0 and cluster.controller_pools:
@@ -190,4 +258,7 @@ def spec_problems(cluster: ClusterSpec) -> list[str]:
             problems.append(f"StatefulSet name {name!r} is longer than {MAX_STATEFULSET_NAME} "
                             "characters: shorten the cluster or pool name")
     problems.extend(config_problems(cluster.config))
+    if cluster.authorization is not None:
+        problems += [f"config {key!r} is set by the operator from spec.authorization"
+                     for key in ("authorizer.class.name", "super.users") if key in cluster.config]
     return problems

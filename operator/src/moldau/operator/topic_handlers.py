@@ -20,6 +20,7 @@ from moldau.operator import naming
 from moldau.operator.conditions import status_changed
 from moldau.operator.metrics import TOPIC_RECONCILE_SECONDS, TOPIC_RECONCILES
 from moldau.operator.resource import GROUP, PLURAL, TOPIC_PLURAL, VERSION
+from moldau.operator.spec import SpecError, parse_spec
 from moldau.operator.topics.clients import ClusterClient, ClusterClients
 from moldau.operator.topics.model import DesiredTopic, TopicResult
 from moldau.operator.topics.reconciler import unmanaged
@@ -49,17 +50,22 @@ def configure_topics(*, deletion_timeout: float) -> None:
     Settings.deletion_timeout = deletion_timeout
 
 
-def internal_ports(spec: Mapping[str, Any]) -> list[int]:
-    return [int(listener["port"]) for listener in spec.get("listeners") or ()
-            if listener.get("type", "internal") == "internal"]
+def admin_ports(name: str, namespace: str, spec: Mapping[str, Any]) -> list[int]:
+    """Where the operator reaches the cluster (naming.admin_ports); a spec that does not
+    parse gives its internal listeners, as far as they can be read."""
+    try:
+        return naming.admin_ports(parse_spec(name, namespace, spec, ""))
+    except (SpecError, KeyError, TypeError, ValueError):
+        return [int(listener["port"]) for listener in spec.get("listeners") or ()
+                if listener.get("type", "internal") == "internal" and "port" in listener]
 
 
 @kopf.index(GROUP, VERSION, PLURAL)
 def kafka_clusters(name: str, namespace: str, spec: kopf.Spec, **_: Any
                    ) -> dict[Hashable, tuple[str, ...]]:
     """(namespace, cluster) -> the cluster's bootstrap addresses."""
-    return {(namespace, name): tuple(naming.bootstrap_servers(name, namespace,
-                                                              internal_ports(spec)))}
+    return {(namespace, name): tuple(naming.bootstrap_servers(
+        name, namespace, admin_ports(name, namespace, spec)))}
 
 
 @kopf.index(GROUP, VERSION, TOPIC_PLURAL)
@@ -83,7 +89,7 @@ def _first(index: kopf.Index, key: Hashable) -> Any:
     return next(iter(index.get(key, ())), None)
 
 
-async def _cluster_client(namespace: str, cluster: str, clusters: kopf.Index
+async def cluster_client(namespace: str, cluster: str, clusters: kopf.Index
                           ) -> ClusterClient | None:
     bootstrap = _first(clusters, (namespace, cluster))
     if bootstrap is None:
@@ -99,7 +105,7 @@ async def _result(body: kopf.Body, desired: DesiredTopic, clusters: kopf.Index,
     if not desired.managed:
         return unmanaged(desired)
     namespace = desired.ref.namespace
-    client = await _cluster_client(namespace, cluster, clusters)
+    client = await cluster_client(namespace, cluster, clusters)
     if client is None:
         return cluster_not_found(cluster, namespace)
     claimants = list(claims.get((namespace, cluster, desired.topic_name), ()))
@@ -168,7 +174,7 @@ async def topic_deleted(body: kopf.Body, logger: kopf.Logger, kafka_clusters: ko
     cluster = cluster_of(body)
     if not desired.managed or cluster is None:
         return
-    client = await _cluster_client(namespace, cluster, kafka_clusters)
+    client = await cluster_client(namespace, cluster, kafka_clusters)
     if client is None:
         _release(body, f"KafkaCluster {cluster} is gone: topic '{name}' has nothing to be "
                        "deleted from", warning=False)

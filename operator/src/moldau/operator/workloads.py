@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from moldau.operator import naming
+from moldau.operator import naming, pki
 from moldau.operator.external import ADDRESSES_FILE
 from moldau.operator.properties import advertised_listeners
 from moldau.operator.spec import (
@@ -38,6 +38,10 @@ def _env(cluster: ClusterSpec, pool: NodePool, base: int) -> list[dict[str, Any]
     host = f"$(POD_NAME).{naming.pod_dns_suffix(cluster)}"
     env.append({"name": "KAFKA_ADVERTISED_LISTENERS",
                 "value": advertised_listeners(cluster, pool, host)})
+    if cluster.secured:
+        # Each node serves its own certificate (pki.py) on every TLS listener.
+        env.append({"name": "KAFKA_SSL_KEYSTORE_LOCATION",
+                    "value": f"{naming.CERTS_DIR}/$(POD_NAME).pem"})
     if pool.is_broker and any(listener.external for listener in cluster.listeners):
         # The external addresses of the pool's pods (moldau.operator.external); a NodePort's
         # host is the node this pod runs on.
@@ -109,14 +113,22 @@ def statefulset(cluster: ClusterSpec, pool: NodePool, base: int,
     }
     if pool.resources:
         container["resources"] = dict(pool.resources)
+    volumes: list[dict[str, Any]] = [
+        {"name": "config", "configMap": {"name": naming.config_map(cluster, pool)}}]
+    if cluster.secured:
+        # Updated in place by the kubelet when certificates are renewed; the broker reloads
+        # changed keystores, so a renewal restarts no pod.
+        container["volumeMounts"].append(
+            {"name": naming.CERTS_VOLUME, "mountPath": naming.CERTS_DIR, "readOnly": True})
+        volumes.append({"name": naming.CERTS_VOLUME, "secret": {
+            "secretName": pki.broker_secret(cluster.name), "defaultMode": 0o440}})
     pod_spec: dict[str, Any] = {
         "serviceAccountName": naming.service_account(cluster),
         "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
         "securityContext": {"runAsUser": BROKER_UID, "runAsGroup": BROKER_UID,
                             "fsGroup": BROKER_UID, "runAsNonRoot": True},
         "containers": [container],
-        "volumes": [{"name": "config",
-                     "configMap": {"name": naming.config_map(cluster, pool)}}],
+        "volumes": volumes,
     }
     if pool.affinity:
         pod_spec["affinity"] = dict(pool.affinity)

@@ -2,71 +2,22 @@
 and permissions with their wire codes, an ACL binding, and the filters DescribeAcls and
 DeleteAcls take (Kafka's AclBinding and AclBindingFilter).
 
-A code Kafka does not know reads as UNKNOWN, as Kafka's `fromCode` reads it.
+The four enums are the admin client's (their `of` reads a code Kafka does not know as
+UNKNOWN, as Kafka's `fromCode` reads it), under the broker's shorter names.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import IntEnum
+
+from moldau.client.admin.types import AclOperation as Operation
+from moldau.client.admin.types import AclPatternType as PatternType
+from moldau.client.admin.types import AclPermissionType as Permission
+from moldau.client.admin.types import AclResourceType as ResourceType
 
 CLUSTER_NAME = "kafka-cluster"
 WILDCARD = "*"  # a literal resource name, or a host, matching every one
 WILDCARD_PRINCIPAL = "User:*"
-
-
-class _Coded(IntEnum):
-    @classmethod
-    def of(cls, code: int) -> _Coded:
-        try:
-            return cls(code)
-        except ValueError:
-            return cls(0)  # every enum here has UNKNOWN = 0
-
-
-class ResourceType(_Coded):
-    UNKNOWN = 0
-    ANY = 1
-    TOPIC = 2
-    GROUP = 3
-    CLUSTER = 4
-    TRANSACTIONAL_ID = 5
-    DELEGATION_TOKEN = 6
-    USER = 7
-
-
-class PatternType(_Coded):
-    UNKNOWN = 0
-    ANY = 1
-    MATCH = 2
-    LITERAL = 3
-    PREFIXED = 4
-
-
-class Operation(_Coded):
-    UNKNOWN = 0
-    ANY = 1
-    ALL = 2
-    READ = 3
-    WRITE = 4
-    CREATE = 5
-    DELETE = 6
-    ALTER = 7
-    DESCRIBE = 8
-    CLUSTER_ACTION = 9
-    DESCRIBE_CONFIGS = 10
-    ALTER_CONFIGS = 11
-    IDEMPOTENT_WRITE = 12
-    CREATE_TOKENS = 13
-    DESCRIBE_TOKENS = 14
-    TWO_PHASE_COMMIT = 15
-
-
-class Permission(_Coded):
-    UNKNOWN = 0
-    ANY = 1
-    DENY = 2
-    ALLOW = 3
 
 
 # The operations each resource type has (Kafka's AclEntry.supportedOperations): what the

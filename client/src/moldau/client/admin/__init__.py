@@ -3,6 +3,12 @@
 from moldau.client.admin.client import AsyncAdmin
 from moldau.client.admin.sync import Admin
 from moldau.client.admin.types import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPatternType,
+    AclPermissionType,
+    AclResourceType,
     AlterConfigOp,
     AlterConfigOpType,
     ClusterDescription,
@@ -25,10 +31,20 @@ from moldau.client.admin.types import (
     QuorumReplica,
     ReplicaInfo,
     ResourceType,
+    ScramCredentialInfo,
+    ScramMechanism,
     TopicDescription,
+    UserScramCredentialDeletion,
+    UserScramCredentialUpsertion,
 )
 
 __all__ = [
+    "AclBinding",
+    "AclBindingFilter",
+    "AclOperation",
+    "AclPatternType",
+    "AclPermissionType",
+    "AclResourceType",
     "Admin",
     "AlterConfigOp",
     "AlterConfigOpType",
@@ -53,5 +69,9 @@ __all__ = [
     "QuorumReplica",
     "ReplicaInfo",
     "ResourceType",
+    "ScramCredentialInfo",
+    "ScramMechanism",
     "TopicDescription",
+    "UserScramCredentialDeletion",
+    "UserScramCredentialUpsertion",
 ]

@@ -1,5 +1,5 @@
-"""AsyncAdmin: topics, partitions, replicas, configs, cluster, groups, offsets, records,
-log dirs.
+"""AsyncAdmin: topics, partitions, replicas, configs, ACLs, SCRAM credentials, cluster,
+groups, offsets, records, log dirs.
 
 Each operation is a call: a request sent to the node the API needs (any broker, the
 controller, a given broker, a group's coordinator or a partition's leader), retried after
@@ -19,7 +19,10 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from moldau.client.admin import access
 from moldau.client.admin.types import (
+    AclBinding,
+    AclBindingFilter,
     AlterConfigOp,
     ClusterDescription,
     ConfigEntry,
@@ -40,7 +43,11 @@ from moldau.client.admin.types import (
     QuorumReplica,
     ReplicaInfo,
     ResourceType,
+    ScramCredentialInfo,
+    ScramMechanism,
     TopicDescription,
+    UserScramCredentialDeletion,
+    UserScramCredentialUpsertion,
 )
 from moldau.client.config import parse_admin_config
 from moldau.client.consumer_protocol import Assignment
@@ -129,6 +136,26 @@ def _topic_what(name: str) -> str:
 
 # One item's answer in a batch response: its key, error code and message, and its value.
 Answer = tuple[K, int, str | None, V]
+
+
+def _by_position(build: Callable[[Sequence[K]], Mapping[str, Any]],
+                 results: Callable[[Any], Iterable[Any]],
+                 answer: Callable[[K, Any], Answer[K, V]]
+                 ) -> tuple[Callable[[Sequence[K]], Mapping[str, Any]],
+                            Callable[[Any], list[Answer[K, V]]]]:
+    """`body` and `answers` for _call_each where a response answers the items in the order
+    they were sent (CreateAcls, DeleteAcls) rather than by name."""
+    sent: list[K] = []
+
+    def body(batch: Sequence[K]) -> Mapping[str, Any]:
+        sent[:] = batch
+        return build(batch)
+
+    def answers(response: Any) -> list[Answer[K, V]]:
+        return [answer(key, result) for key, result in zip(sent, results(response),
+                                                           strict=False)]
+
+    return body, answers
 
 
 class AsyncAdmin:
@@ -779,6 +806,179 @@ class AsyncAdmin:
         """Set, delete, append to or subtract from individual settings."""
         _raise_first(await self.incremental_alter_configs_each(
             changes, validate_only=validate_only, timeout=timeout))
+
+    # -------------------------------------------------------------------------- ACLs
+
+    async def create_acls_each(self, bindings: Iterable[AclBinding], *,
+                               timeout: float | None = None
+                               ) -> dict[AclBinding, KafkaError | None]:
+        """Create ACLs with one CreateAcls request to any broker (it forwards to the
+        controller); per binding None when created (or already there), else its error:
+        InvalidRequestError for one the controller refuses (a principal without its type,
+        a CLUSTER name other than kafka-cluster) or that holds a filter's ANY, MATCH or
+        UNKNOWN (refused before sending), ClusterAuthorizationFailedError without ALTER on
+        the cluster, SecurityDisabledError when the brokers have no authorizer."""
+        wanted = list(dict.fromkeys(bindings))
+        out = {binding: access.creation_error(binding) for binding in wanted}
+        valid = [binding for binding in wanted if out[binding] is None]
+        if valid:
+            body, answers = _by_position(
+                lambda batch: {"creations": [access.creation(b) for b in batch]},
+                lambda response: response.results,
+                lambda binding, result: (binding, result.error_code, result.error_message,
+                                         None))
+            out.update(await self._call_each("createAcls", self._any("createAcls"),
+                                             ApiKey.CREATE_ACLS, valid, body, answers,
+                                             access.binding_text, timeout=timeout))
+        return out
+
+    async def create_acls(self, bindings: Iterable[AclBinding], *,
+                          timeout: float | None = None) -> None:
+        """Create ACLs; raises the first binding's error."""
+        _raise_first(await self.create_acls_each(bindings, timeout=timeout))
+
+    async def describe_acls(self, acl_filter: AclBindingFilter, *,
+                            timeout: float | None = None) -> list[AclBinding]:
+        """The ACLs that match the filter (`AclBindingFilter()`: all of them), from any
+        broker's metadata. Pattern type MATCH finds every ACL that applies to the named
+        resource: literal, `*` and prefixes of the name."""
+        error = access.filter_error(acl_filter)
+        if error is not None:
+            raise error
+
+        def handle(response: Any, _node: int) -> list[AclBinding]:
+            _check(response.error_code, response.error_message, "describeAcls")
+            return access.described(response)
+
+        return await self._call("describeAcls", self._any("describeAcls"),
+                                ApiKey.DESCRIBE_ACLS, access.filter_fields(acl_filter),
+                                handle, timeout=timeout)
+
+    async def delete_acls_each(self, filters: Iterable[AclBindingFilter], *,
+                               timeout: float | None = None
+                               ) -> dict[AclBindingFilter, list[AclBinding] | KafkaError]:
+        """Delete the ACLs matching each filter with one DeleteAcls request to any broker;
+        per filter the ACLs it deleted, or its error (as for create_acls_each)."""
+        wanted = list(dict.fromkeys(filters))
+        out: dict[AclBindingFilter, list[AclBinding] | KafkaError] = {}
+        for acl_filter in wanted:
+            error = access.filter_error(acl_filter)
+            if error is not None:
+                out[acl_filter] = error
+        valid = [acl_filter for acl_filter in wanted if acl_filter not in out]
+
+        def answer(acl_filter: AclBindingFilter, result: Any
+                   ) -> Answer[AclBindingFilter, list[AclBinding] | None]:
+            # The filter's error, or else the first ACL that failed to be deleted.
+            errors = [r for r in (result, *result.matching_acls)
+                      if r.error_code != ErrorCode.none]
+            if errors:
+                return acl_filter, errors[0].error_code, errors[0].error_message, None
+            return (acl_filter, ErrorCode.none, None,
+                    [access.binding_of(m, m) for m in result.matching_acls])
+
+        if valid:
+            body, answers = _by_position(
+                lambda batch: {"filters": [access.filter_fields(f) for f in batch]},
+                lambda response: response.filter_results, answer)
+            found = await self._call_each("deleteAcls", self._any("deleteAcls"),
+                                          ApiKey.DELETE_ACLS, valid, body, answers,
+                                          access.filter_text, timeout=timeout)
+            out.update({f: value for f, value in found.items() if value is not None})
+        return {acl_filter: out[acl_filter] for acl_filter in wanted}
+
+    async def delete_acls(self, filters: Iterable[AclBindingFilter], *,
+                          timeout: float | None = None) -> list[AclBinding]:
+        """Delete the ACLs matching any of the filters; returns those deleted, or raises the
+        first filter's error."""
+        found = await self.delete_acls_each(filters, timeout=timeout)
+        _raise_first(found)
+        deleted = (binding for value in found.values() if not isinstance(value, KafkaError)
+                   for binding in value)
+        return list(dict.fromkeys(deleted))
+
+    # -------------------------------------------------------------------------- SCRAM users
+
+    async def describe_user_scram_credentials(self, users: Iterable[str] | None = None, *,
+                                              timeout: float | None = None
+                                              ) -> dict[str, list[ScramCredentialInfo]]:
+        """Each user's SCRAM mechanisms and iteration counts (never the credentials). None
+        or no users: every user that has one, as in Kafka; named users without any are
+        left out."""
+        names = [] if users is None else list(dict.fromkeys(users))
+        # Every user is asked for with an empty list, not null, as Kafka's admin client
+        # does: Kafka's broker fails to answer a refused request whose list is null.
+        body = {"users": [{"name": name} for name in names]}
+
+        def handle(response: Any, _node: int) -> dict[str, list[ScramCredentialInfo]]:
+            _check(response.error_code, response.error_message,
+                   "describeUserScramCredentials")
+            out: dict[str, list[ScramCredentialInfo]] = {}
+            for result in response.results:
+                if result.error_code == ErrorCode.resource_not_found:
+                    continue
+                _check(result.error_code, result.error_message, f"User '{result.user}'")
+                out[result.user] = [ScramCredentialInfo(ScramMechanism.of(info.mechanism),
+                                                        info.iterations)
+                                    for info in result.credential_infos]
+            return out
+
+        return await self._call("describeUserScramCredentials",
+                                self._any("describeUserScramCredentials"),
+                                ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, body, handle,
+                                timeout=timeout)
+
+    async def alter_user_scram_credentials_each(
+            self, alterations: Iterable[UserScramCredentialUpsertion
+                                        | UserScramCredentialDeletion], *,
+            timeout: float | None = None) -> dict[str, KafkaError | None]:
+        """Upsert and delete SCRAM credentials with one AlterUserScramCredentials request;
+        per user None when changed, else its error: UnacceptableCredentialError (no user
+        name or password, iterations outside 4096..16384), UnsupportedSaslMechanismError
+        (refused before sending; the user's other changes are not sent either),
+        ResourceNotFoundError (deleting a credential that does not exist),
+        DuplicateResourceError (Kafka changes a user once per request: change its second
+        mechanism in another call). The salted passwords are derived off the event loop."""
+        by_user: dict[str, list[access.ScramAlteration]] = {}
+        out: dict[str, KafkaError | None] = {}
+        for alteration in alterations:
+            by_user.setdefault(alteration.user, []).append(alteration)
+            error = access.alteration_error(alteration)
+            if error is not None and alteration.user not in out:
+                out[alteration.user] = error
+        users = [user for user in by_user if user not in out]
+        if users:
+            def prepare() -> dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
+                return {user: ([access.deletion(a) for a in by_user[user]
+                                if isinstance(a, UserScramCredentialDeletion)],
+                               [access.upsertion(a) for a in by_user[user]
+                                if isinstance(a, UserScramCredentialUpsertion)])
+                        for user in users}
+
+            wire = await asyncio.to_thread(prepare)
+
+            def body(batch: Sequence[str]) -> dict[str, Any]:
+                return {"deletions": [d for user in batch for d in wire[user][0]],
+                        "upsertions": [u for user in batch for u in wire[user][1]]}
+
+            def answers(response: Any) -> Iterable[Answer[str, None]]:
+                return ((r.user, r.error_code, r.error_message, None)
+                        for r in response.results)
+
+            name = "alterUserScramCredentials"
+            out.update(await self._call_each(name, self._to_controller(name),
+                                             ApiKey.ALTER_USER_SCRAM_CREDENTIALS, users,
+                                             body, answers, lambda user: f"User '{user}'",
+                                             timeout=timeout))
+        return {user: out[user] for user in by_user}
+
+    async def alter_user_scram_credentials(
+            self, alterations: Iterable[UserScramCredentialUpsertion
+                                        | UserScramCredentialDeletion], *,
+            timeout: float | None = None) -> None:
+        """Upsert and delete SCRAM credentials; raises the first user's error."""
+        _raise_first(await self.alter_user_scram_credentials_each(alterations,
+                                                                  timeout=timeout))
 
     # -------------------------------------------------------------------------- cluster
 

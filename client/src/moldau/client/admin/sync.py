@@ -7,6 +7,8 @@ from typing import Any
 
 from moldau.client.admin.client import AsyncAdmin
 from moldau.client.admin.types import (
+    AclBinding,
+    AclBindingFilter,
     AlterConfigOp,
     ClusterDescription,
     ConfigEntry,
@@ -21,7 +23,10 @@ from moldau.client.admin.types import (
     OffsetAndMetadata,
     PartitionReassignment,
     QuorumInfo,
+    ScramCredentialInfo,
     TopicDescription,
+    UserScramCredentialDeletion,
+    UserScramCredentialUpsertion,
 )
 from moldau.client.errors import KafkaError
 from moldau.client.loop_thread import LoopThread
@@ -165,6 +170,49 @@ class Admin:
             ) -> dict[ConfigResource, KafkaError | None]:
         return self._thread.run(self._core.incremental_alter_configs_each(
             changes, validate_only=validate_only, timeout=timeout))
+
+    # ACLs and SCRAM credentials
+
+    def create_acls(self, bindings: Iterable[AclBinding], *,
+                    timeout: float | None = None) -> None:
+        self._thread.run(self._core.create_acls(bindings, timeout=timeout))
+
+    def create_acls_each(self, bindings: Iterable[AclBinding], *,
+                         timeout: float | None = None) -> dict[AclBinding, KafkaError | None]:
+        return self._thread.run(self._core.create_acls_each(bindings, timeout=timeout))
+
+    def describe_acls(self, acl_filter: AclBindingFilter, *,
+                      timeout: float | None = None) -> list[AclBinding]:
+        return self._thread.run(self._core.describe_acls(acl_filter, timeout=timeout))
+
+    def delete_acls(self, filters: Iterable[AclBindingFilter], *,
+                    timeout: float | None = None) -> list[AclBinding]:
+        return self._thread.run(self._core.delete_acls(filters, timeout=timeout))
+
+    def delete_acls_each(self, filters: Iterable[AclBindingFilter], *,
+                         timeout: float | None = None
+                         ) -> dict[AclBindingFilter, list[AclBinding] | KafkaError]:
+        return self._thread.run(self._core.delete_acls_each(filters, timeout=timeout))
+
+    def describe_user_scram_credentials(self, users: Iterable[str] | None = None, *,
+                                        timeout: float | None = None
+                                        ) -> dict[str, list[ScramCredentialInfo]]:
+        return self._thread.run(self._core.describe_user_scram_credentials(users,
+                                                                           timeout=timeout))
+
+    def alter_user_scram_credentials(
+            self, alterations: Iterable[UserScramCredentialUpsertion
+                                        | UserScramCredentialDeletion], *,
+            timeout: float | None = None) -> None:
+        self._thread.run(self._core.alter_user_scram_credentials(alterations,
+                                                                 timeout=timeout))
+
+    def alter_user_scram_credentials_each(
+            self, alterations: Iterable[UserScramCredentialUpsertion
+                                        | UserScramCredentialDeletion], *,
+            timeout: float | None = None) -> dict[str, KafkaError | None]:
+        return self._thread.run(self._core.alter_user_scram_credentials_each(
+            alterations, timeout=timeout))
 
     # Cluster, records, log dirs
 

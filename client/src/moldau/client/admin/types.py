@@ -5,8 +5,10 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import Self
 
 from moldau.client.types import Node, TopicPartition
+from moldau.security.scram import DEFAULT_ITERATIONS
 
 
 class ResourceType(IntEnum):
@@ -241,3 +243,164 @@ class PartitionReassignment:
     @property
     def target_replicas(self) -> tuple[int, ...]:
         return tuple(r for r in self.replicas if r not in self.removing_replicas)
+
+
+# -------------------------------------------------------------------------- ACLs and SCRAM
+
+
+class _Coded(IntEnum):
+    """An enum of Kafka wire codes whose 0 is UNKNOWN: `of` reads a code this side does not
+    know as UNKNOWN, as Kafka's `fromCode` does."""
+
+    @classmethod
+    def of(cls, code: int) -> Self:
+        try:
+            return cls(code)
+        except ValueError:
+            return cls(0)
+
+
+def _as_codes(item: object, **kinds: type[_Coded]) -> None:
+    """Plain ints given for enum fields become the enums (unknown codes UNKNOWN)."""
+    for name, kind in kinds.items():
+        value = getattr(item, name)
+        if value is not None and not isinstance(value, kind):
+            object.__setattr__(item, name, kind.of(value))
+
+
+class AclResourceType(_Coded):
+    """What an ACL is about (Kafka's org.apache.kafka.common.resource.ResourceType)."""
+
+    UNKNOWN = 0
+    ANY = 1
+    TOPIC = 2
+    GROUP = 3
+    CLUSTER = 4
+    TRANSACTIONAL_ID = 5
+    DELEGATION_TOKEN = 6
+    USER = 7
+
+
+class AclPatternType(_Coded):
+    """How an ACL's resource name matches: exactly (LITERAL, `*` for every name) or as a
+    prefix (PREFIXED). ANY and MATCH are for filters only: ANY matches either kind by name,
+    MATCH finds every ACL that applies to the named resource."""
+
+    UNKNOWN = 0
+    ANY = 1
+    MATCH = 2
+    LITERAL = 3
+    PREFIXED = 4
+
+
+class AclOperation(_Coded):
+    UNKNOWN = 0
+    ANY = 1
+    ALL = 2
+    READ = 3
+    WRITE = 4
+    CREATE = 5
+    DELETE = 6
+    ALTER = 7
+    DESCRIBE = 8
+    CLUSTER_ACTION = 9
+    DESCRIBE_CONFIGS = 10
+    ALTER_CONFIGS = 11
+    IDEMPOTENT_WRITE = 12
+    CREATE_TOKENS = 13
+    DESCRIBE_TOKENS = 14
+    TWO_PHASE_COMMIT = 15  # KIP-939, on transactional ids
+
+
+class AclPermissionType(_Coded):
+    UNKNOWN = 0
+    ANY = 1
+    DENY = 2
+    ALLOW = 3
+
+
+_ACL_CODES: dict[str, type[_Coded]] = {
+    "resource_type": AclResourceType, "pattern_type": AclPatternType,
+    "operation": AclOperation, "permission_type": AclPermissionType}
+
+
+@dataclass(frozen=True)
+class AclBinding:
+    """One ACL: `principal` (`User:alice`) connecting from `host` (`*` for any) is allowed or
+    denied `operation` on the resources the pattern names. The cluster's resource name is
+    `kafka-cluster`."""
+
+    resource_type: AclResourceType
+    resource_name: str
+    pattern_type: AclPatternType
+    principal: str
+    host: str
+    operation: AclOperation
+    permission_type: AclPermissionType
+
+    def __post_init__(self) -> None:
+        _as_codes(self, **_ACL_CODES)
+
+    def to_filter(self) -> AclBindingFilter:
+        """The filter that matches exactly this ACL (to delete it, say)."""
+        return AclBindingFilter(self.resource_type, self.resource_name, self.pattern_type,
+                                self.principal, self.host, self.operation,
+                                self.permission_type)
+
+
+@dataclass(frozen=True)
+class AclBindingFilter:
+    """A pattern of ACLs for describe_acls and delete_acls; None matches anything (a name,
+    principal or host None: any; an enum None: ANY). `AclBindingFilter()` matches every
+    ACL."""
+
+    resource_type: AclResourceType | None = None
+    resource_name: str | None = None
+    pattern_type: AclPatternType | None = None
+    principal: str | None = None
+    host: str | None = None
+    operation: AclOperation | None = None
+    permission_type: AclPermissionType | None = None
+
+    def __post_init__(self) -> None:
+        _as_codes(self, **_ACL_CODES)
+
+
+class ScramMechanism(_Coded):
+    UNKNOWN = 0
+    SCRAM_SHA_256 = 1
+    SCRAM_SHA_512 = 2
+
+    @property
+    def mechanism_name(self) -> str:
+        """The SASL name: SCRAM-SHA-256 or SCRAM-SHA-512."""
+        return self.name.replace("_", "-")
+
+
+@dataclass(frozen=True)
+class ScramCredentialInfo:
+    mechanism: ScramMechanism
+    iterations: int
+
+
+@dataclass(frozen=True)
+class UserScramCredentialUpsertion:
+    """Set a user's SCRAM credential for one mechanism. The client makes a random salt and
+    sends only the salted password (RFC 5802's SaltedPassword), never the password."""
+
+    user: str
+    mechanism: ScramMechanism
+    password: str = field(repr=False)
+    iterations: int = DEFAULT_ITERATIONS
+
+    def __post_init__(self) -> None:
+        _as_codes(self, mechanism=ScramMechanism)
+
+
+@dataclass(frozen=True)
+class UserScramCredentialDeletion:
+    user: str
+    mechanism: ScramMechanism
+
+    def __post_init__(self) -> None:
+        _as_codes(self, mechanism=ScramMechanism)

@@ -4,7 +4,7 @@ the KafkaCluster's own reads), with the batcher that gathers their work."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from moldau.client.admin import AsyncAdmin
@@ -34,19 +34,25 @@ class Work:
         return self.kind, self.desired.ref.uid
 
 
-def admin_for(bootstrap: Sequence[str], timeout: float = API_TIMEOUT) -> AsyncAdmin:
+def admin_for(bootstrap: Sequence[str], timeout: float = API_TIMEOUT,
+              security: Mapping[str, str] | None = None) -> AsyncAdmin:
+    """`security`: client settings for a secured cluster (TLS with the operator's
+    certificate)."""
     millis = int(timeout * 1000)
     return AsyncAdmin({"bootstrap.servers": list(bootstrap), "client.id": "moldau-operator",
-                       "default.api.timeout.ms": millis, "request.timeout.ms": millis})
+                       "default.api.timeout.ms": millis, "request.timeout.ms": millis,
+                       **(security or {})})
 
 
 class ClusterClient:
     """The admin client, reconciler and batcher of one cluster."""
 
     def __init__(self, name: str, bootstrap: Sequence[str], *, linger: float = LINGER,
-                 max_batch: int = MAX_BATCH, timeout: float = API_TIMEOUT) -> None:
+                 max_batch: int = MAX_BATCH, timeout: float = API_TIMEOUT,
+                 security: Mapping[str, str] | None = None) -> None:
         self.bootstrap = tuple(bootstrap)
-        self.admin = admin_for(bootstrap, timeout)
+        self.security = dict(security or {})
+        self.admin = admin_for(bootstrap, timeout, security)
         self.reconciler = TopicReconciler(self.admin, name, timeout)
         self.batcher: Batcher[WorkKey, Work, Outcome] = Batcher(
             self._run, lambda work: work.key, linger=linger, max_items=max_batch)
@@ -96,7 +102,9 @@ class ClusterClient:
 
 class ClusterClients:
     """ClusterClient per cluster key, made on first use, replaced when the cluster's
-    bootstrap address changes, closed when the cluster goes."""
+    bootstrap address or security settings change, closed when the cluster goes. The
+    security settings come from the KafkaCluster's reconcile (its certificates); the Topic
+    handlers ask without them and get the client as last configured."""
 
     def __init__(self, *, linger: float = LINGER, max_batch: int = MAX_BATCH,
                  timeout: float = API_TIMEOUT) -> None:
@@ -104,21 +112,29 @@ class ClusterClients:
         self.max_batch = max_batch
         self.timeout = timeout
         self._clients: dict[Hashable, ClusterClient] = {}
+        self._security: dict[Hashable, dict[str, str]] = {}
 
-    async def get(self, key: Hashable, name: str, bootstrap: Sequence[str]) -> ClusterClient:
+    async def get(self, key: Hashable, name: str, bootstrap: Sequence[str],
+                  security: Mapping[str, str] | None = None) -> ClusterClient:
+        if security is not None:
+            self._security[key] = dict(security)
+        wanted = self._security.get(key, {})
         client = self._clients.get(key)
-        if client is not None and client.bootstrap != tuple(bootstrap):
+        if client is not None and (client.bootstrap != tuple(bootstrap)
+                                   or client.security != wanted):
             await client.close()
             client = None
         if client is None:
             client = ClusterClient(name, bootstrap, linger=self.linger,
-                                   max_batch=self.max_batch, timeout=self.timeout)
+                                   max_batch=self.max_batch, timeout=self.timeout,
+                                   security=wanted)
             self._clients[key] = client
         return client
 
     async def drop(self, key: Hashable) -> None:
         """Close the client of a cluster that went."""
         client = self._clients.pop(key, None)
+        self._security.pop(key, None)
         if client is not None:
             await client.close()
 
