@@ -23,11 +23,15 @@ Every value is unique, so each of these is an anomaly:
 A broker deduplicates an idempotent producer's retries by (producer id, epoch, sequence), and
 only within one epoch, as Kafka does. librdkafka bumps its epoch and renumbers the messages it
 has not had acknowledged when a message fails for good (a sequence gap, e.g. INVALID_TIMESTAMP
-from a broker whose clock is behind) or times out; a message whose first send may already be
-stored (NOT_ENOUGH_REPLICAS_AFTER_APPEND, a lost connection) is then written again, and no
-broker can tell. Such a duplicate is `resent`, not an anomaly, only when the stored batches
-prove it: every copy written by the same producer id under a higher epoch than the copy
-before, and the producer logged each bump in between for one of those client-side reasons.
+from a broker whose clock is behind), times out, or is refused as out of order because an
+earlier request of the producer failed without being stored (its sequence numbers were
+skipped); a message whose first send may already be stored (NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+a lost connection) is then written again, and no broker can tell. Such a duplicate is
+`resent`, not an anomaly, only when the stored batches prove it: every copy written by the
+same producer id under a higher epoch than the copy before, and the producer logged each bump
+in between for one of those client-side reasons; for skipped sequence numbers, the stored
+batches of the refused batch's partition must lack the sequence right before it (the broker's
+refusal was right).
 """
 
 from __future__ import annotations
@@ -41,8 +45,11 @@ OK, FAIL, INFO = "ok", "fail", "info"
 Position = tuple[int, int]  # (partition, offset)
 # librdkafka's reasons for an epoch bump that come from the client's own bookkeeping: a message
 # failed for good (a hole in the sequence) or timed out. A bump after a broker's
-# OUT_OF_ORDER_SEQUENCE_NUMBER or UNKNOWN_PRODUCER_ID does not excuse a duplicate.
+# UNKNOWN_PRODUCER_ID does not excuse a duplicate.
 CLIENT_BUMP_REASONS = ("message sequence gap", "timed out")
+# librdkafka's reason after a broker's OUT_OF_ORDER_SEQUENCE_NUMBER for a batch behind one that
+# failed: it excuses a duplicate only when the stored batches show the broker was right.
+SKIPPED_SEQUENCES = "skipped sequence numbers"
 
 
 @dataclass(frozen=True)
@@ -64,13 +71,25 @@ class Poll:
 
 
 @dataclass(frozen=True)
+class SequenceGap:
+    """A batch a broker refused as out of order under `epoch`, which librdkafka took for
+    sequence numbers skipped by an earlier failed request of the producer."""
+
+    partition: int
+    epoch: int
+    base_sequence: int
+
+
+@dataclass(frozen=True)
 class EpochBump:
-    """A producer's librdkafka bumped its epoch (to `epoch`) for `reason`."""
+    """A producer's librdkafka bumped its epoch (to `epoch`) for `reasons` (every reason it
+    gave for draining since the previous bump), after the broker refused `gaps`."""
 
     producer: int
     producer_id: int
     epoch: int
-    reason: str
+    reasons: tuple[str, ...]
+    gaps: tuple[SequenceGap, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -84,6 +103,17 @@ class Writer:
     sequence: int
 
 
+@dataclass(frozen=True)
+class SequenceEnd:
+    """The highest sequence any replica of `partition` stores for `producer_id` under `epoch`
+    (-1: none)."""
+
+    partition: int
+    producer_id: int
+    epoch: int
+    last_sequence: int
+
+
 @dataclass
 class History:
     sends: list[Send] = field(default_factory=list)
@@ -92,6 +122,9 @@ class History:
     epoch_bumps: list[EpochBump] = field(default_factory=list)
     # The stored writers of the records read more than once (filled from the segment files).
     writers: list[Writer] = field(default_factory=list)
+    # The highest stored sequence of each producer id and epoch on the partition of a batch
+    # refused for skipped sequence numbers (likewise).
+    sequence_ends: list[SequenceEnd] = field(default_factory=list)
 
     def reads(self) -> Iterable[tuple[int, int, str]]:
         """Every (partition, offset, value) read, by the consumers and the final read."""
@@ -161,14 +194,42 @@ def _resend_reason(history: History, where: set[Position]) -> str | None:
             later.epoch <= earlier.epoch
             for earlier, later in zip(copies, copies[1:], strict=False)):
         return None
-    bumps = {b.epoch: b.reason for b in history.epoch_bumps if b.producer_id == pid}
-    needed = range(copies[0].epoch + 1, copies[-1].epoch + 1)
-    if not all(any(r in bumps.get(epoch, "") for r in CLIENT_BUMP_REASONS)
-               for epoch in needed):
+    bumps = {b.epoch: b for b in history.epoch_bumps if b.producer_id == pid}
+    needed = [bumps.get(epoch) for epoch in range(copies[0].epoch + 1, copies[-1].epoch + 1)]
+    whys = [None if bump is None else _client_bump(history, bump) for bump in needed]
+    if any(why is None for why in whys):
         return None
     epochs = ", ".join(f"{w.offset}: epoch {w.epoch} sequence {w.sequence}" for w in copies)
     return (f"producer id {pid} wrote it again under a new epoch ({epochs}); bumped to "
-            f"epoch {copies[-1].epoch} for {bumps[copies[-1].epoch]!r}")
+            f"epoch {copies[-1].epoch} for {whys[-1]}")
+
+
+def _client_bump(history: History, bump: EpochBump) -> str | None:
+    """The client-side reasons of an epoch bump, or None when one of its reasons may be the
+    broker's doing."""
+    ends = {(e.partition, e.producer_id, e.epoch): e.last_sequence
+            for e in history.sequence_ends}
+    whys = []
+    for reason in bump.reasons:
+        if any(client in reason for client in CLIENT_BUMP_REASONS):
+            whys.append(repr(reason))
+            continue
+        shown = [_gap_shown(ends, bump.producer_id, gap) for gap in bump.gaps]
+        if reason != SKIPPED_SEQUENCES or not shown or None in shown:
+            return None
+        whys.append(f"{reason!r} ({'; '.join(str(why) for why in shown)})")
+    return ", ".join(whys) if whys else None
+
+
+def _gap_shown(ends: Mapping[tuple[int, int, int], int], producer_id: int,
+               gap: SequenceGap) -> str | None:
+    """How the stored batches show that the broker lacked the sequence right before the
+    refused batch (so refusing it was right), or None."""
+    end = ends.get((gap.partition, producer_id, gap.epoch))
+    if end is None or end >= gap.base_sequence - 1:
+        return None
+    return (f"partition {gap.partition} refused sequence {gap.base_sequence} of epoch "
+            f"{gap.epoch}, whose stored batches end at sequence {end}")
 
 
 def inconsistent_offsets(history: History) -> list[Anomaly]:

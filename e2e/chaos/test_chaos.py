@@ -43,7 +43,9 @@ def test_queue_under_faults(chaos_seed: int, chaos_cluster: LocalCluster, chaos_
     say(f"stopping the cluster to read the replicas (ISRs {in_sync})")
     chaos_cluster.stop(timeout=30)
     replicas = workload.stored_replicas(chaos_cluster)
-    workload.record_writers(replicas)  # tells a client's re-send from a broker's duplicate
+    # Tell a client's re-send from a broker's duplicate.
+    workload.record_writers(replicas)
+    workload.record_sequence_ends(replicas)
     anomalies = check(workload.history)
     anomalies += replica_divergence(workload.history, replicas, high_watermarks, in_sync)
     conclude(tmp_path / "history.json", TEST_FILE, chaos_seed, schedule, chaos_faults,

@@ -15,6 +15,8 @@ from e2e.chaos.checker import (
     History,
     Poll,
     Send,
+    SequenceEnd,
+    SequenceGap,
     Writer,
     check,
     replica_divergence,
@@ -67,17 +69,22 @@ def test_duplicate() -> None:
     assert "duplicate: a0 at 0:0, 0:5" in map(str, check(history))
 
 
-def resend_after_bump(reason: str = "message sequence gap") -> History:
-    """Seed 109's case: a2 is stored at offset 4 under epoch 0 but not acknowledged; a
-    message to another partition fails for good, librdkafka bumps producer id 7 to epoch 2
-    (two bumps) and sends a2 again as sequence 0 of the new epoch, stored at 5 and
-    acknowledged there."""
+def resend(bumps: list[EpochBump], epoch: int) -> History:
+    """a2 is stored at offset 4 as sequence 2 of producer id 7 under epoch 0, but not
+    acknowledged; after `bumps` librdkafka sends it again as sequence 0 of `epoch`, stored at
+    5 and acknowledged there."""
     history = valid()
     history.sends[4] = replace(history.sends[4], offset=5)
     history.final[0].append((5, "a2"))
-    history.epoch_bumps = [EpochBump(0, 7, 1, reason), EpochBump(0, 7, 2, reason)]
-    history.writers = [Writer(0, 4, 7, 0, 2), Writer(0, 5, 7, 2, 0)]
+    history.epoch_bumps = bumps
+    history.writers = [Writer(0, 4, 7, 0, 2), Writer(0, 5, 7, epoch, 0)]
     return history
+
+
+def resend_after_bump(reason: str = "message sequence gap") -> History:
+    """Seed 109's case: a message to another partition fails for good, and librdkafka bumps
+    the producer to epoch 2 (two bumps)."""
+    return resend([EpochBump(0, 7, 1, (reason,)), EpochBump(0, 7, 2, (reason,))], 2)
 
 
 def test_a_resend_under_a_new_epoch_is_not_an_anomaly() -> None:
@@ -98,7 +105,8 @@ def test_a_duplicate_within_one_epoch_is_the_brokers() -> None:
 
 
 @pytest.mark.parametrize("change", ["unknown writer", "other producer", "older epoch",
-                                    "bump not logged", "broker's reason"])
+                                    "bump not logged", "broker's reason",
+                                    "no reason logged"])
 def test_a_resend_needs_the_whole_proof(change: str) -> None:
     history = resend_after_bump()
     if change == "unknown writer":
@@ -109,9 +117,56 @@ def test_a_resend_needs_the_whole_proof(change: str) -> None:
         history.writers = [Writer(0, 4, 7, 2, 2), Writer(0, 5, 7, 0, 0)]
     elif change == "bump not logged":
         history.epoch_bumps = history.epoch_bumps[1:]
+    elif change == "broker's reason":  # librdkafka's bump after UNKNOWN_PRODUCER_ID
+        history = resend_after_bump("unknown producer id")
     else:
-        history = resend_after_bump("Broker: Broker received an out of order sequence number")
+        history.epoch_bumps[1] = replace(history.epoch_bumps[1], reasons=())
     assert "duplicate: a2 at 0:4, 0:5" in map(str, check(history))
+
+
+def resend_after_skipped_sequences() -> History:
+    """Seeds 197 and 202: a2 is answered NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrinks;
+    the next batch on partition 0, sequence 3, is refused NOT_ENOUGH_REPLICAS (not stored);
+    the one after it, sequence 4, is then refused OUT_OF_ORDER_SEQUENCE_NUMBER (3 is missing).
+    librdkafka takes that for skipped sequence numbers and bumps the producer to epoch 1."""
+    history = resend([EpochBump(0, 7, 1, ("skipped sequence numbers",),
+                                (SequenceGap(0, 0, 4),))], 1)
+    history.sequence_ends = [SequenceEnd(0, 7, 0, 2)]
+    return history
+
+
+def test_a_resend_after_a_true_sequence_gap_is_not_an_anomaly() -> None:
+    history = resend_after_skipped_sequences()
+    assert check(history) == []
+    assert resent(history) == [
+        "a2 at 0:4, 0:5: producer id 7 wrote it again under a new epoch (4: epoch 0 sequence "
+        "2, 5: epoch 1 sequence 0); bumped to epoch 1 for 'skipped sequence numbers' "
+        "(partition 0 refused sequence 4 of epoch 0, whose stored batches end at sequence 2)"]
+
+
+@pytest.mark.parametrize("change", ["refused sequence stored", "refused batch followed",
+                                    "refusal not logged", "stored batches not read",
+                                    "other partition read", "a broker's reason as well"])
+def test_a_resend_after_skipped_sequences_needs_the_gap_stored(change: str) -> None:
+    """The broker's OUT_OF_ORDER_SEQUENCE_NUMBER excuses the bump only when the stored batches
+    lack the sequence right before the refused one: otherwise the broker may have refused a
+    batch that followed its log, and the duplicate may be its doing."""
+    history = resend_after_skipped_sequences()
+    bump = history.epoch_bumps[0]
+    if change == "refused sequence stored":
+        history.sequence_ends = [SequenceEnd(0, 7, 0, 4)]
+    elif change == "refused batch followed":
+        history.sequence_ends = [SequenceEnd(0, 7, 0, 3)]
+    elif change == "refusal not logged":
+        history.epoch_bumps = [replace(bump, gaps=())]
+    elif change == "stored batches not read":
+        history.sequence_ends = []
+    elif change == "other partition read":
+        history.sequence_ends = [SequenceEnd(1, 7, 0, 2)]
+    else:
+        history.epoch_bumps = [replace(bump, reasons=(*bump.reasons, "unknown producer id"))]
+    assert "duplicate: a2 at 0:4, 0:5" in map(str, check(history))
+    assert resent(history) == []
 
 
 def test_inconsistent_offset_across_reads() -> None:

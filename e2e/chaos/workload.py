@@ -6,8 +6,9 @@ Producers (acks=all, idempotent) send unique values `p<producer>-<seq>` to parti
 poll and record what they got, with a generation bumped on every assignment change. After
 the faults are healed, `final_read` reads every partition from the beginning,
 `in_sync_replicas` asks each partition's leader for its ISR, and `stored_replicas` decodes
-the segment files of every replica (of a stopped cluster) for the replica check and for the
-producer id and epoch that wrote each record read twice. Everything
+the segment files of every replica (of a stopped cluster) for the replica check, for the
+producer id and epoch that wrote each record read twice, and for how far the stored batches
+reach where a broker refused a producer's batch as out of order. Everything
 goes into a checker.History.
 """
 
@@ -22,7 +23,19 @@ from typing import NamedTuple
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
-from e2e.chaos.checker import FAIL, INFO, OK, EpochBump, History, Poll, Send, Writer, duplicated
+from e2e.chaos.checker import (
+    FAIL,
+    INFO,
+    OK,
+    EpochBump,
+    History,
+    Poll,
+    Send,
+    SequenceEnd,
+    SequenceGap,
+    Writer,
+    duplicated,
+)
 from e2e.chaos.clients import ClientThreads, create_replicated_topic
 from e2e.support import ck_consume_all, segment_batches, wait_until
 from moldau.cluster.launcher import LocalCluster
@@ -33,7 +46,10 @@ from moldau.records.codec import decode_records
 MESSAGE_TIMEOUT_MS = 30000  # a send not acknowledged by then is indeterminate
 ISR_READ_TIMEOUT = 30.0
 
-# librdkafka's `eos` debug lines around an epoch bump: the reason, then the new epoch.
+# librdkafka's `eos` debug lines around an epoch bump: a batch refused as out of order behind
+# a failed one (its partition, epoch and base sequence), the reason, then the new epoch.
+_SKIPPED = re.compile(r"ProduceRequest for \S+ \[(\d+)\] with \d+ message\(s\) failed due to "
+                      r"skipped sequence numbers \(PID\{Id:\d+,Epoch:(\d+)\}, base seq (\d+) ")
 _BUMP_REASON = re.compile(r"epoch bump for \d+ partition\(s\)[^:]*: (.*)$")
 _BUMPED = re.compile(r"bumped epoch to PID\{Id:(\d+),Epoch:(\d+)\}")
 
@@ -51,16 +67,21 @@ class EpochBumpLog(logging.Handler):
 
     def __init__(self, producer: int, record: Callable[[EpochBump], None]) -> None:
         super().__init__(logging.DEBUG)
-        self.producer, self.record, self.reason = producer, record, ""
+        self.producer, self.record = producer, record
+        self.reasons: list[str] = []
+        self.gaps: list[SequenceGap] = []
 
     def emit(self, entry: logging.LogRecord) -> None:
         line = entry.getMessage()
-        if (found := _BUMP_REASON.search(line)) is not None:
-            self.reason = found.group(1)
+        if (skipped := _SKIPPED.search(line)) is not None:
+            self.gaps.append(SequenceGap(*map(int, skipped.groups())))
+        elif (found := _BUMP_REASON.search(line)) is not None:
+            if found.group(1) not in self.reasons:
+                self.reasons.append(found.group(1))
         elif (bumped := _BUMPED.search(line)) is not None:
             self.record(EpochBump(self.producer, int(bumped.group(1)), int(bumped.group(2)),
-                                  self.reason))
-            self.reason = ""
+                                  tuple(self.reasons), tuple(self.gaps)))
+            self.reasons, self.gaps = [], []
 
 
 @dataclass
@@ -240,6 +261,20 @@ class QueueWorkload(ClientThreads):
                                                             rec.producer_id, rec.epoch,
                                                             rec.sequence)
         self.history.writers = [found[p] for p in sorted(found)]
+
+    def record_sequence_ends(self, replicas: dict[tuple[int, int], list[StoredRecord]]) -> None:
+        """Note in the history how far the stored batches reach under each epoch in which a
+        broker refused a batch as out of order, on that batch's partition, over every
+        replica: a sequence stored by any of them means the refusal may have been wrong."""
+        ends = {(gap.partition, bump.producer_id, gap.epoch): NO_SEQUENCE
+                for bump in self.history.epoch_bumps for gap in bump.gaps}
+        for (_, partition), records in replicas.items():
+            for rec in records:
+                key = (partition, rec.producer_id, rec.epoch)
+                if key in ends:
+                    ends[key] = max(ends[key], rec.sequence)
+        self.history.sequence_ends = [SequenceEnd(*key, end)
+                                      for key, end in sorted(ends.items())]
 
 
 def stored_records(cluster: LocalCluster, node_id: int, topic: str,
