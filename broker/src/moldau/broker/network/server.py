@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from moldau.broker.config import BrokerConfig, Endpoint
 from moldau.broker.network.channel import RequestChannel
 from moldau.broker.network.connection import Connection, Decoder
+from moldau.broker.network.tls_alerts import install as send_tls_alerts
 from moldau.broker.security.audit import AuthenticationLog
 from moldau.broker.security.principal import NoMatchingRule, PrincipalMapper
 from moldau.broker.security.sasl import CredentialLookup, SaslSession, sasl_sessions
@@ -46,6 +47,9 @@ class SocketServer:
         self.auth_log = AuthenticationLog()
 
     async def start(self) -> list[Endpoint]:
+        # A refused handshake tells the client why (every asyncio TLS connection of the
+        # process: these listeners, the controller listener, the broker's own connections).
+        send_tls_alerts()
         for endpoint in self.config.broker_listeners:
             protocol = self.config.protocol_of(endpoint.listener)
             if protocol in TLS_PROTOCOLS:
