@@ -5,7 +5,10 @@ Anomalies:
 - two-active-controllers: two nodes reported themselves the active controller in one epoch;
 - two-leaders-in-epoch: nodes named different quorum leaders for one epoch (Raft's election
   safety);
-- epoch-went-back: a node reported an epoch lower than one it had reported before;
+- epoch-went-back: a node reported an epoch lower than one it had reported before. Across a
+  crash of the node it may lose its last transition, no more: a node shows a new epoch while
+  the quorum-state write of it is still in flight (raft/driver.py), and acts in the epoch
+  only once the write is done, so a crash during the write brings back the epoch before;
 - topic-lost: an acknowledged CreateTopics whose topic is missing after healing;
 - partitions-changed: such a topic with another partition count;
 - reassignment-lost: a partition whose replicas after healing are neither its last
@@ -15,7 +18,9 @@ Anomalies:
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from e2e.chaos.checker import FAIL, INFO, OK, Anomaly
@@ -55,6 +60,20 @@ class QuorumHistory:
     reassignments: list[Reassignment] = field(default_factory=list)
     # After healing: topic -> {partition: replicas}
     final: dict[str, dict[int, tuple[int, ...]]] = field(default_factory=dict)
+    crashes: list[tuple[int, float]] = field(default_factory=list)  # (node, wall) of each kill
+
+
+_CRASH = re.compile(r"crash node (\d+)")
+
+
+def crashes(events: Iterable[tuple[float, str, str]]) -> list[tuple[int, float]]:
+    """(node, wall) of each crash among fault events given as (wall, action, fault)."""
+    found = []
+    for wall, action, fault in events:
+        match = _CRASH.match(fault)
+        if action == "start" and match:
+            found.append((int(match.group(1)), wall))
+    return found
 
 
 def check(history: QuorumHistory) -> list[Anomaly]:
@@ -86,14 +105,31 @@ def leaders_per_epoch(history: QuorumHistory) -> list[Anomaly]:
 def epochs_going_back(history: QuorumHistory) -> list[Anomaly]:
     anomalies = []
     highest: dict[tuple[int, str], Sample] = {}
+    # The epoch a node reported before its highest: durable, whatever a crash interrupted.
+    durable: dict[tuple[int, str], int] = {}
+    last_wall: dict[tuple[int, str], float] = {}
     for sample in sorted(history.samples, key=lambda s: s.wall):
         key = (sample.node, sample.source)
         before = highest.get(key)
+        if before is not None and any(
+                node == sample.node and last_wall[key] < wall <= sample.wall
+                for node, wall in history.crashes):
+            floor = durable.get(key, -1)
+            if sample.epoch < floor:
+                anomalies.append(Anomaly(
+                    "epoch-went-back", f"node {sample.node} ({sample.source}) reported epoch "
+                    f"{sample.epoch} at {sample.wall:.3f} after a crash, though it had reported"
+                    f" {floor} before it reached {before.epoch} at {before.wall:.3f}"))
+            before = None  # the restarted node starts from what it persisted
+            durable.pop(key, None)
+        last_wall[key] = sample.wall
         if before is not None and sample.epoch < before.epoch:
             anomalies.append(Anomaly("epoch-went-back", f"node {sample.node} ({sample.source})"
                                      f" reported epoch {sample.epoch} at {sample.wall:.3f} after"
                                      f" {before.epoch} at {before.wall:.3f}"))
         if before is None or sample.epoch > before.epoch:
+            if before is not None:
+                durable[key] = before.epoch
             highest[key] = sample
     return anomalies
 

@@ -12,7 +12,7 @@ from kafka.admin import KafkaAdminClient
 
 from e2e.chaos.faults import Faults
 from e2e.chaos.metadata_workload import MetadataWorkload
-from e2e.chaos.quorum_checker import check, summary
+from e2e.chaos.quorum_checker import check, crashes, summary
 from e2e.chaos.recovery import (
     RECOVERY_TIMEOUT,
     conclude,
@@ -54,6 +54,7 @@ def test_metadata_under_faults(chaos_seed: int, chaos_cluster: LocalCluster,
         workload.final_state(admin)
     finally:
         admin.close()
+    workload.history.crashes = crashes((e.wall, e.action, e.fault) for e in chaos_faults.events)
     anomalies = check(workload.history)
     conclude(tmp_path / "history.json", TEST_FILE, chaos_seed, schedule, chaos_faults,
              anomalies, unrecovered, summary(workload.history, anomalies),
