@@ -18,7 +18,11 @@ from moldau.cluster.launcher import LocalCluster
 
 pytestmark = pytest.mark.chaos
 TEST_FILE = "e2e/chaos/test_txn.py"
-SHORT_SEEDS = (1,)
+# Five fault kinds, none on the group coordinator's last word. Seed 1, the short mode's until
+# then, makes librdkafka's send_offsets_to_transaction hang past its timeout in about one run
+# of three on a loaded machine (docs/chaos.md, transactional finding 5): every worker stuck, no
+# progress after healing, the schedule failed for a client's bug. `make chaos` still runs it.
+SHORT_SEEDS = (53,)
 
 
 def test_transactions_under_faults(chaos_seed: int, chaos_cluster: LocalCluster,
