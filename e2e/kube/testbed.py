@@ -232,22 +232,40 @@ def _running(pid: int) -> bool:
         return False
 
 
-def restart_api_server(kube: Cluster, down_seconds: float) -> None:
-    """Kill the test bed's kube-apiserver, keep it down for `down_seconds`, start it again
-    with the same command line (up.sh's way: its own session, its log, its pid file) and
-    wait until it answers."""
-    pid_file = run_dir() / "pids" / "kube-apiserver"
-    pid = int(pid_file.read_text())
-    command = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+def _command_line(component: str) -> tuple[int, list[bytes]]:
+    """The pid and command line of a running test bed component (up.sh's pid files)."""
+    pid = int((run_dir() / "pids" / component).read_text())
+    return pid, Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+
+
+def _kill(component: str, pid: int) -> None:
     os.kill(pid, signal.SIGKILL)  # gone at once, as in a crash
-    poll(lambda: not _running(pid), 60, "kube-apiserver to stop")
-    time.sleep(down_seconds)
-    with open(run_dir() / "logs" / "kube-apiserver.log", "ab") as log:
+    poll(lambda: not _running(pid), 60, f"{component} to stop")
+
+
+def _start(component: str, command: list[bytes]) -> None:
+    """As up.sh starts it: its own session, its log, its pid file."""
+    with open(run_dir() / "logs" / f"{component}.log", "ab") as log:
         process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                    start_new_session=True)
-    pid_file.write_text(f"{process.pid}\n")
+    (run_dir() / "pids" / component).write_text(f"{process.pid}\n")
+
+
+def restart_api_server(kube: Cluster, down_seconds: float) -> None:
+    """Kill the test bed's kube-apiserver, keep it down for `down_seconds`, start it again
+    with the same command line and wait until it answers. The scheduler is started afresh
+    with it: after an outage its cache can disagree with the API server, and it then exits
+    ("Scheduler cache is corrupted"), which a real control plane's kubelet would answer by
+    restarting it; nothing here supervises it."""
+    api_pid, api_command = _command_line("kube-apiserver")
+    scheduler_pid, scheduler_command = _command_line("kube-scheduler")
+    _kill("kube-apiserver", api_pid)
+    _kill("kube-scheduler", scheduler_pid)
+    time.sleep(down_seconds)
+    _start("kube-apiserver", api_command)
     poll(lambda: kube.kubectl("get", "--raw", "/readyz", timeout=10) == "ok", 120,
          "kube-apiserver to answer again")
+    _start("kube-scheduler", scheduler_command)
 
 
 def local_testbed_running() -> bool:
