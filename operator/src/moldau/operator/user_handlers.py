@@ -41,7 +41,6 @@ from moldau.operator.users import (
     DesiredUser,
     UserSpecError,
     desired_user,
-    exact_filter,
     principal_filter,
     scram_secret,
     user_status,
@@ -119,7 +118,7 @@ async def _acls(admin: AsyncAdmin, user: DesiredUser) -> list[str]:
     missing = user.acls - current
     changes = []
     if extra:
-        await admin.delete_acls([exact_filter(binding) for binding in extra])
+        await admin.delete_acls([binding.to_filter() for binding in extra])
         changes.append(f"{len(extra)} ACLs deleted")
     if missing:
         await admin.create_acls(sorted(missing, key=repr))

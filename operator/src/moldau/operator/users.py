@@ -109,12 +109,6 @@ def principal_filter(principal: str) -> AclBindingFilter:
                             AclOperation.ANY, AclPermissionType.ANY)
 
 
-def exact_filter(binding: AclBinding) -> AclBindingFilter:
-    return AclBindingFilter(binding.resource_type, binding.resource_name,
-                            binding.pattern_type, binding.principal, binding.host,
-                            binding.operation, binding.permission_type)
-
-
 def scram_secret(user: DesiredUser, existing: Mapping[str, bytes] | None) -> dict[str, bytes]:
     """The SCRAM user's Secret: its password (kept once made) and the JAAS line Kafka's Java
     clients take as `sasl.jaas.config`."""
