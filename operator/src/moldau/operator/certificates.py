@@ -130,11 +130,12 @@ async def read_secrets(client: AsyncClient, namespace: str, names: list[str]
     return found
 
 
-def secret_manifest(cluster: ClusterSpec, name: str, data: Mapping[str, bytes],
+def secret_manifest(metadata: Mapping[str, Any], data: Mapping[str, bytes],
                     owner: Mapping[str, Any]) -> dict[str, Any]:
-    metadata = {**naming.metadata(cluster, name, component="certificates"),
-                "ownerReferences": [dict(owner)]}
-    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": metadata,
+    """An Opaque Secret with `metadata` (name, namespace, labels), owned by `owner`, its
+    data base64-encoded as the API wants it; read_secrets reads it back."""
+    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {**metadata, "ownerReferences": [dict(owner)]},
             "data": {key: base64.b64encode(value).decode() for key, value in data.items()}}
 
 
@@ -166,7 +167,8 @@ async def ensure_certificates(client: AsyncClient, cluster: ClusterSpec,
                               cluster.clients_ca.renewal_days),
         force_renew=force_renew(annotations))
     wanted = plan(inputs, existing)
-    manifests = [secret_manifest(cluster, name, data, owner)
+    manifests = [secret_manifest(naming.metadata(cluster, name, component="certificates"),
+                                 data, owner)
                  for name, data in wanted.items() if existing.get(name) != data]
     changes = await apply_all(client, manifests) if manifests else []
     return operator_security(wanted[pki.operator_secret(cluster.name)]), changes

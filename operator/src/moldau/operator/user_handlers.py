@@ -6,7 +6,6 @@ owner."""
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Hashable, Mapping
 from typing import Any
 
@@ -21,7 +20,7 @@ from moldau.client.admin import (
 )
 from moldau.client.errors import KafkaError
 from moldau.operator.apply import ApplyError, apply_all
-from moldau.operator.certificates import read_secrets
+from moldau.operator.certificates import read_secrets, secret_manifest
 from moldau.operator.conditions import status_changed
 from moldau.operator.pki import PkiError, issue_user
 from moldau.operator.resource import (
@@ -78,10 +77,8 @@ def _secret(body: kopf.Body, cluster: str, data: Mapping[str, bytes]) -> dict[st
     meta = body["metadata"]
     labels = {"app.kubernetes.io/name": "moldau", "app.kubernetes.io/component": "user",
               "app.kubernetes.io/managed-by": FIELD_MANAGER, CLUSTER_LABEL: cluster}
-    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-            "metadata": {"name": meta["name"], "namespace": meta["namespace"],
-                         "labels": labels, "ownerReferences": [_owner(body)]},
-            "data": {key: base64.b64encode(value).decode() for key, value in data.items()}}
+    return secret_manifest({"name": meta["name"], "namespace": meta["namespace"],
+                            "labels": labels}, data, _owner(body))
 
 
 async def _credentials(api: AsyncClient, admin: AsyncAdmin, body: kopf.Body, cluster: str,
